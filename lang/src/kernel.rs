@@ -1,0 +1,225 @@
+//! What the compiler needs to know about the kernel it compiles for.
+//!
+//! **lang/ makes no syscalls and reads no kernel files.** Everything it learns
+//! about the running kernel comes through [`KernelFacts`]: runtime/ implements
+//! it from BTF and tracefs, and tests implement it with a fake.
+
+use std::fmt;
+
+/// An opaque handle for a kernel type. Only meaningful to the provider that
+/// returned it (BTF type ids for the BTF provider; a provider may also mint
+/// ids for types it synthesizes, such as `char *` for a tracefs field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TypeId(pub u32);
+
+/// A kernel type with typedefs and `const`/`volatile`/`restrict` peeled off.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeKind {
+    Void,
+    /// Integers, `_Bool`, `char` and enums' underlying representation.
+    Int {
+        bytes: u32,
+        signed: bool,
+        /// True for `char`/`signed char`/`unsigned char`: a `char *` or
+        /// `char[N]` reads as a string with `kernel_string`.
+        is_char: bool,
+    },
+    Enum {
+        name: String,
+        bytes: u32,
+        signed: bool,
+    },
+    Pointer(TypeId),
+    Array {
+        elem: TypeId,
+        len: u32,
+    },
+    /// A struct or union. `size` is in bytes.
+    Struct {
+        name: String,
+        size: u32,
+        is_union: bool,
+    },
+    /// A function type (only ever seen behind a pointer).
+    Function,
+    Float {
+        bytes: u32,
+    },
+    /// A forward declaration whose body this kernel does not have.
+    Opaque {
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// Empty for an anonymous struct/union member; lookups descend into those.
+    pub name: String,
+    pub ty: TypeId,
+    /// Offset from the start of the containing struct, in bits.
+    pub bit_offset: u32,
+    /// `Some(width)` for a bitfield.
+    pub bitfield_bits: Option<u32>,
+}
+
+/// A named, typed argument of a tracepoint or kernel function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Param {
+    pub name: String,
+    pub ty: TypeId,
+}
+
+/// Where a tracepoint's arguments come from, which decides how the backend
+/// attaches to it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TracepointArgs {
+    /// BTF-typed arguments of the raw tracepoint (`__traceiter_NAME` names,
+    /// `btf_trace_NAME` types), in order: `ctx[0]`, `ctx[1]`, ...
+    Raw(Vec<Param>),
+    /// Only a classic tracepoint exists (the `syscalls:` events): the
+    /// fields of its tracefs `format` file, at their record offsets.
+    Classic(Vec<ClassicField>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassicField {
+    pub name: String,
+    pub ty: TypeId,
+    pub offset: u32,
+    pub size: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tracepoint {
+    pub system: String,
+    pub name: String,
+    pub args: TracepointArgs,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionProto {
+    pub name: String,
+    pub params: Vec<Param>,
+    /// `None` for `void`.
+    pub ret: Option<TypeId>,
+    /// The module that defines it; `None` for vmlinux.
+    pub module: Option<String>,
+}
+
+/// The probe mechanisms this kernel allows, probed once at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mechanisms {
+    pub tracepoints: bool,
+    pub raw_tracepoints: bool,
+    pub tp_btf: bool,
+    pub fentry: bool,
+    pub kprobes: bool,
+    pub uprobes: bool,
+    pub perf_events: bool,
+}
+
+/// `kernel_v` / `kernel_vr` for the preprocessor: `6.18.0` and the full release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+    /// The whole `uname -r`, e.g. `6.12.48+deb12-amd64`.
+    pub release: String,
+}
+
+impl fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// Why a question about the kernel could not be answered at all (as opposed
+/// to "no such thing", which is `None`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FactsError(pub String);
+
+impl fmt::Display for FactsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+pub trait KernelFacts {
+    fn version(&self) -> KernelVersion;
+
+    /// `x86_64`, `aarch64`, ...
+    fn arch(&self) -> String;
+
+    /// The value of a kernel config option (`y`, `m`, a number, a string),
+    /// or `None` when it is not set or unknown.
+    fn config(&self, name: &str) -> Option<String>;
+
+    fn mechanisms(&self) -> Mechanisms;
+
+    /// Every tracepoint as `(system, name)`, for wildcards and suggestions.
+    fn tracepoint_names(&self) -> Result<Vec<(String, String)>, FactsError>;
+
+    /// A tracepoint's arguments. `system` is `None` when the script gave a
+    /// bare name (`kernel.trace("kfree_skb")`).
+    fn tracepoint(&self, system: Option<&str>, name: &str)
+    -> Result<Option<Tracepoint>, FactsError>;
+
+    /// Every traceable kernel function name (from BTF FUNC records).
+    fn function_names(&self) -> Result<Vec<String>, FactsError>;
+
+    fn function(&self, name: &str) -> Result<Option<FunctionProto>, FactsError>;
+
+    /// Looks up a type by its C spelling: `struct sk_buff`, `union x`,
+    /// `enum skb_drop_reason`, `unsigned int`, or a typedef name.
+    fn find_type(&self, c_name: &str) -> Result<Option<TypeId>, FactsError>;
+
+    /// The type with typedefs and qualifiers removed.
+    fn kind(&self, ty: TypeId) -> TypeKind;
+
+    /// The C spelling of a type, for listings and messages.
+    fn type_name(&self, ty: TypeId) -> String;
+
+    /// Direct members of a struct or union, anonymous members included.
+    fn members(&self, ty: TypeId) -> Vec<Member>;
+
+    /// Values of an enum, by its name without `enum `.
+    fn enum_values(&self, name: &str) -> Result<Option<Vec<(String, i64)>>, FactsError>;
+
+    /// Names of structs/unions the kernel knows, for "did you mean".
+    fn struct_names(&self) -> Vec<String>;
+}
+
+/// Finds `name` among the members of `ty`, descending into anonymous
+/// structs and unions. Returns the member with its offset made relative to
+/// `ty`.
+pub fn find_member(facts: &dyn KernelFacts, ty: TypeId, name: &str) -> Option<Member> {
+    for m in facts.members(ty) {
+        if m.name == name {
+            return Some(m);
+        }
+        if m.name.is_empty() {
+            if let Some(inner) = find_member(facts, m.ty, name) {
+                return Some(Member {
+                    bit_offset: m.bit_offset + inner.bit_offset,
+                    ..inner
+                });
+            }
+        }
+    }
+    None
+}
+
+/// Every member name reachable from `ty` (anonymous members flattened), for
+/// "did you mean".
+pub fn member_names(facts: &dyn KernelFacts, ty: TypeId) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in facts.members(ty) {
+        if m.name.is_empty() {
+            out.extend(member_names(facts, m.ty));
+        } else {
+            out.push(m.name);
+        }
+    }
+    out
+}
