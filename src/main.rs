@@ -1,1 +1,17 @@
-fn main() {}
+//! `stap-rs`: the command-line front of the compiler and runtime.
+
+mod cli;
+mod driver;
+mod listing;
+mod tapsets;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = cli::Args::parse();
+    match driver::run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(driver::Failed) => ExitCode::FAILURE,
+    }
+}

@@ -162,8 +162,11 @@ pub trait KernelFacts {
 
     /// A tracepoint's arguments. `system` is `None` when the script gave a
     /// bare name (`kernel.trace("kfree_skb")`).
-    fn tracepoint(&self, system: Option<&str>, name: &str)
-    -> Result<Option<Tracepoint>, FactsError>;
+    fn tracepoint(
+        &self,
+        system: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Tracepoint>, FactsError>;
 
     /// Every traceable kernel function name (from BTF FUNC records).
     fn function_names(&self) -> Result<Vec<String>, FactsError>;
@@ -198,13 +201,13 @@ pub fn find_member(facts: &dyn KernelFacts, ty: TypeId, name: &str) -> Option<Me
         if m.name == name {
             return Some(m);
         }
-        if m.name.is_empty() {
-            if let Some(inner) = find_member(facts, m.ty, name) {
-                return Some(Member {
-                    bit_offset: m.bit_offset + inner.bit_offset,
-                    ..inner
-                });
-            }
+        if m.name.is_empty()
+            && let Some(inner) = find_member(facts, m.ty, name)
+        {
+            return Some(Member {
+                bit_offset: m.bit_offset + inner.bit_offset,
+                ..inner
+            });
         }
     }
     None

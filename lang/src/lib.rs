@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod lexer;
 pub mod parse;
 pub mod preprocess;
+pub mod printf;
 pub mod sema;
 pub mod source;
 pub mod testing;

@@ -168,13 +168,17 @@ impl<'a> codespan_reporting::files::Files<'a> for SourceMap {
             .get(id.0 as usize)
             .ok_or(codespan_reporting::files::Error::FileMissing)?;
         let starts = &file.line_starts;
-        let start = *starts
-            .get(line_index)
-            .ok_or(codespan_reporting::files::Error::LineTooLarge {
-                given: line_index,
-                max: starts.len() - 1,
-            })?;
-        let end = starts.get(line_index + 1).copied().unwrap_or(file.text.len());
+        let start =
+            *starts
+                .get(line_index)
+                .ok_or(codespan_reporting::files::Error::LineTooLarge {
+                    given: line_index,
+                    max: starts.len() - 1,
+                })?;
+        let end = starts
+            .get(line_index + 1)
+            .copied()
+            .unwrap_or(file.text.len());
         Ok(start..end)
     }
 }

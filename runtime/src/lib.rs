@@ -1,1 +1,16 @@
-//! (in progress)
+//! stap-rs runtime: what the kernel offers and, later, loading, attaching,
+//! the host-side JIT and the event loop.
+//!
+//! Kernel facts, read lazily so a script pays only for what it asks:
+//! - [`btf`]: a lazy BTF reader (vmlinux and split module BTF).
+//! - [`tracefs`]: the tracepoint list and classic events' `format` files.
+//! - [`features`]: which probe mechanisms this kernel allows, probed once.
+//! - [`kernel`]: [`kernel::BtfKernel`], the `KernelFacts` the compiler asks.
+
+pub mod btf;
+pub mod features;
+pub mod kernel;
+pub mod tracefs;
+
+#[cfg(test)]
+mod test_blob;

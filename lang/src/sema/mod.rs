@@ -1,1 +1,299 @@
-//! (in progress)
+//! Elaboration, SystemTap's pass 2: from parsed files to a resolved, typed
+//! [`Program`].
+//!
+//! The steps, one file each:
+//! - [`symbols`]: collect definitions; pull in tapset files on first use.
+//! - [`points`]: resolve probe points (families, wildcards, aliases, `?`/`!`).
+//! - [`lower`] and [`context`]: resolve names and context variables into HIR.
+//! - [`infer`]: type inference to a fixpoint.
+//! - [`placement`]: kernel (BPF) or host (JIT) for every probe and function.
+//! - [`print`]: the `-p2` listing.
+
+pub mod builtins;
+mod context;
+pub mod hir;
+mod infer;
+mod lower;
+mod placement;
+mod points;
+pub mod print;
+mod symbols;
+mod walk;
+
+pub use hir::*;
+
+use crate::ast;
+use crate::diag::Diagnostic;
+use crate::kernel::{KernelFacts, TracepointArgs};
+use symbols::Elaborator;
+
+#[derive(Debug, Clone, Default)]
+pub struct ElabOptions {
+    /// -D NAME=VALUE (MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION, MAXERRORS, ...), recorded in the Program.
+    pub defines: Vec<(String, String)>,
+    /// -G name=value overrides of globals (must name a declared global; type-checked).
+    pub global_overrides: Vec<(String, String)>,
+}
+
+/// Elaborates the user's files (the script, or -e text; possibly several) against the tapset library.
+/// Only the tapset files that define something the user program uses (transitively) are pulled in.
+/// Returns the program when there were no errors, and every diagnostic (errors and warnings) either way.
+pub fn elaborate(
+    user: &[ast::File],
+    tapsets: &[ast::File],
+    facts: &dyn KernelFacts,
+    opts: &ElabOptions,
+) -> (Option<Program>, Vec<Diagnostic>) {
+    let mut elab = Elaborator::new(facts, tapsets);
+    for file in user {
+        elab.add_file(file, false);
+    }
+    let mut probes = resolve_and_lower(&mut elab);
+    if probes.is_empty() && !elab.diags.iter().any(Diagnostic::is_error) {
+        // stap refuses a script with nothing to run.
+        elab.error(
+            Diagnostic::error("no probes found").note("a script needs at least one `probe`"),
+        );
+    }
+    let mut functions = keep_reachable(&mut elab, &mut probes);
+    let referenced: Vec<bool> = elab
+        .globals
+        .iter()
+        .map(|g| g.referenced || !g.hir.from_tapset)
+        .collect();
+    let mut globals: Vec<Global> = elab
+        .globals
+        .iter()
+        .map(|g| {
+            let mut hir = g.hir.clone();
+            hir.keys = vec![Type::Unknown; g.arity.map_or(0, |(n, _)| n)];
+            hir
+        })
+        .collect();
+    infer::infer(
+        &mut globals,
+        &referenced,
+        &mut functions,
+        &mut probes,
+        &mut elab.diags,
+    );
+    placement::place(&mut globals, &mut functions, &mut probes);
+    apply_overrides(&mut globals, &opts.global_overrides, &mut elab.diags);
+    let limits = limits(&opts.defines, &mut elab.diags);
+    let needs = needs(&probes);
+    let diags = dedup(elab.diags);
+    if diags.iter().any(Diagnostic::is_error) {
+        return (None, diags);
+    }
+    let program = Program {
+        globals,
+        functions,
+        probes,
+        limits,
+        defines: opts.defines.clone(),
+        needs,
+    };
+    (Some(program), diags)
+}
+
+/// Resolves and lowers every probe, then every user function and every
+/// tapset function something calls, until no new work appears (a lowered
+/// body may pull in more tapsets).
+fn resolve_and_lower(elab: &mut Elaborator<'_>) -> Vec<Probe> {
+    let mut probes = Vec::new();
+    loop {
+        if !elab.pending_probes.is_empty() {
+            for pending in std::mem::take(&mut elab.pending_probes) {
+                let probe = pending.ast;
+                for point in elab.resolve_probe_points(&probe.points) {
+                    probes.push(lower::lower_probe(elab, point, &probe.body, probe.span));
+                }
+            }
+            continue;
+        }
+        let next = elab
+            .functions
+            .iter()
+            .position(|f| f.lowered.is_none() && (!f.from_tapset || f.referenced));
+        match next {
+            Some(i) => {
+                let lowered = lower::lower_function(elab, FunctionId(i as u32));
+                elab.functions[i].lowered = Some(lowered);
+            }
+            None => return probes,
+        }
+    }
+}
+
+/// Keeps the functions some probe reaches (stap elides the rest) and
+/// renumbers the calls to match.
+fn keep_reachable(elab: &mut Elaborator<'_>, probes: &mut [Probe]) -> Vec<Function> {
+    let mut all: Vec<Function> = elab
+        .functions
+        .iter_mut()
+        .map(|f| {
+            f.lowered.take().unwrap_or_else(|| Function {
+                name: f.ast.name.node.clone(),
+                param_count: 0,
+                ret: Type::Long,
+                locals: Vec::new(),
+                body: Block {
+                    stmts: Vec::new(),
+                    span: f.ast.span,
+                },
+                runs_on: Sides::default(),
+                from_tapset: f.from_tapset,
+                span: f.ast.name.span,
+            })
+        })
+        .collect();
+    let keep = placement::reachable(&mut all, probes);
+    let mut new_ids = vec![None; all.len()];
+    let mut kept = Vec::new();
+    for (i, f) in all.into_iter().enumerate() {
+        if keep[i] {
+            new_ids[i] = Some(FunctionId(kept.len() as u32));
+            kept.push(f);
+        }
+    }
+    let mut renumber = |node: walk::Node<'_>| {
+        if let walk::Node::Expr(e) = node
+            && let ExprKind::Call { function, .. } = &mut e.kind
+            && let Some(new) = new_ids[function.0 as usize]
+        {
+            *function = new;
+        }
+    };
+    for f in &mut kept {
+        walk::block(&mut f.body, &mut renumber);
+    }
+    for p in probes.iter_mut() {
+        walk::block(&mut p.body, &mut renumber);
+        if let Some(c) = &mut p.condition {
+            walk::expr(c, &mut renumber);
+        }
+    }
+    kept
+}
+
+fn parse_long(text: &str) -> Option<i64> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let value = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
+        i64::from_str_radix(hex, 16).ok()?
+    } else {
+        digits.parse::<i64>().ok()?
+    };
+    Some(if negative { -value } else { value })
+}
+
+/// `-G name=value`: must name a user scalar global; the value must fit its type.
+fn apply_overrides(
+    globals: &mut [Global],
+    overrides: &[(String, String)],
+    diags: &mut Vec<Diagnostic>,
+) {
+    for (name, value) in overrides {
+        let Some(g) = globals
+            .iter_mut()
+            .find(|g| &g.name == name && !g.from_tapset)
+        else {
+            let names: Vec<&str> = globals
+                .iter()
+                .filter(|g| !g.from_tapset)
+                .map(|g| g.name.as_str())
+                .collect();
+            diags.push(
+                Diagnostic::error(format!(
+                    "-G {name}={value}: the script has no global `{name}`"
+                ))
+                .suggest(name, names),
+            );
+            continue;
+        };
+        if g.is_array || g.ty == Type::Stats {
+            diags.push(
+                Diagnostic::error(format!("-G {name}={value}: `{name}` is not a scalar"))
+                    .at(g.span, "declared here"),
+            );
+            continue;
+        }
+        match g.ty {
+            Type::String => g.init = Some(Constant::String(value.clone())),
+            _ => match parse_long(value) {
+                Some(n) => {
+                    g.init = Some(Constant::Long(n));
+                    g.ty = Type::Long;
+                }
+                None => diags.push(
+                    Diagnostic::error(format!(
+                        "-G {name}={value}: `{name}` is a long, and `{value}` is not a number"
+                    ))
+                    .at(g.span, "declared here"),
+                ),
+            },
+        }
+    }
+}
+
+/// The `-D` limits stap-rs understands; other names are only recorded.
+fn limits(defines: &[(String, String)], diags: &mut Vec<Diagnostic>) -> Limits {
+    let mut limits = Limits::default();
+    for (name, value) in defines {
+        let slot = match name.as_str() {
+            "MAXSTRINGLEN" => &mut limits.max_string_len,
+            "MAXMAPENTRIES" => &mut limits.max_map_entries,
+            "MAXACTION" => &mut limits.max_action,
+            "MAXERRORS" => &mut limits.max_errors,
+            _ => continue,
+        };
+        match value.parse::<u64>() {
+            Ok(n) => *slot = n,
+            Err(_) => diags.push(Diagnostic::error(format!(
+                "-D {name}={value}: `{value}` is not a non-negative number"
+            ))),
+        }
+    }
+    limits
+}
+
+fn needs(probes: &[Probe]) -> MechanismNeeds {
+    let mut needs = MechanismNeeds::default();
+    for p in probes {
+        match &p.kind {
+            ProbeKind::Tracepoint {
+                args: TracepointArgs::Raw(_),
+                ..
+            } => needs.raw_tracepoints = true,
+            ProbeKind::Tracepoint {
+                args: TracepointArgs::Classic(_),
+                ..
+            } => needs.classic_tracepoints = true,
+            ProbeKind::KernelFunction { mechanism, .. } => match mechanism {
+                FunctionMechanism::Fentry => needs.fentry = true,
+                FunctionMechanism::Kprobe => needs.kprobes = true,
+            },
+            ProbeKind::Process { .. } => needs.uprobes = true,
+            ProbeKind::Perf { .. } | ProbeKind::TimerProfile => needs.perf_events = true,
+            _ => {}
+        }
+    }
+    needs
+}
+
+/// A body lowered once per resolved point reports the same error once per
+/// point; keep the first of each.
+fn dedup(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
+    let mut out: Vec<Diagnostic> = Vec::new();
+    for d in diags {
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}

@@ -1,0 +1,46 @@
+//! Embeds every tapset under stdlib/ into the binary, so an installed
+//! `stap-rs` needs no data files next to it.
+
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("stdlib");
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut files = Vec::new();
+    collect(&root, &mut files);
+    files.sort();
+
+    let mut code =
+        String::from("/// Every tapset under stdlib/: (path relative to stdlib/, text).\n");
+    code.push_str("pub static TAPSETS: &[(&str, &str)] = &[\n");
+    for path in &files {
+        println!("cargo:rerun-if-changed={}", path.display());
+        let relative = path.strip_prefix(&root).expect("collected under stdlib/");
+        writeln!(
+            code,
+            "    ({:?}, include_str!({:?})),",
+            relative.to_string_lossy(),
+            path.display().to_string()
+        )
+        .expect("writing to a String");
+    }
+    code.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    std::fs::write(out.join("tapsets.rs"), code).expect("writing tapsets.rs");
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            println!("cargo:rerun-if-changed={}", path.display());
+            collect(&path, files);
+        } else if path.extension().is_some_and(|e| e == "stp") {
+            files.push(path);
+        }
+    }
+}

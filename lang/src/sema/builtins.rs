@@ -1,0 +1,324 @@
+//! The built-in function table: every function a script may call without
+//! defining it, with its signature and where it can run.
+//!
+//! Signatures follow SystemTap's tapset reference (`function::NAME(3stap)`).
+//! The network helpers (`ip_ntop`, `tcp_sockstate_str`, ...) are not here:
+//! they are stdlib functions written in .stp.
+//!
+//! `host`/`kernel` say where a call can be evaluated. A function with only
+//! `kernel` needs probe context (the current task, kernel memory, the
+//! stack), so code calling it must run in a kernel probe; one with only
+//! `host` forces the value to be computed on the host (in a host probe, or
+//! from data a kernel probe sent up).
+
+use ParamType::{Any, Long as L, String as S};
+
+/// The type of one parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamType {
+    Long,
+    String,
+    /// A long or a string (the printing functions).
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnType {
+    Long,
+    String,
+    Void,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Builtin {
+    pub name: &'static str,
+    /// Fixed parameters, in order.
+    pub params: &'static [ParamType],
+    /// How many trailing entries of `params` may be omitted.
+    pub optional: usize,
+    /// Any number of further arguments of this type after `params`.
+    pub variadic: Option<ParamType>,
+    pub ret: ReturnType,
+    /// Can be evaluated in host-side code.
+    pub host: bool,
+    /// Can be evaluated in a kernel (BPF) probe.
+    pub kernel: bool,
+    /// One line for completion and `--dump-functions`-style listings.
+    pub doc: &'static str,
+}
+
+impl Builtin {
+    /// The smallest number of arguments a call may pass.
+    pub fn min_args(&self) -> usize {
+        self.params.len() - self.optional
+    }
+
+    /// The largest number of arguments, or `None` for a variadic function.
+    pub fn max_args(&self) -> Option<usize> {
+        match self.variadic {
+            Some(_) => None,
+            None => Some(self.params.len()),
+        }
+    }
+
+    /// The expected type of argument `index`, or `None` past the end.
+    pub fn param(&self, index: usize) -> Option<ParamType> {
+        self.params.get(index).copied().or(self.variadic)
+    }
+}
+
+/// Looks a built-in up by name.
+pub fn lookup(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
+/// Every built-in, grouped as in the tapset reference.
+pub fn all() -> &'static [Builtin] {
+    BUILTINS
+}
+
+/// Table rows are built with these, to keep each entry on one line.
+const fn both(
+    name: &'static str,
+    params: &'static [ParamType],
+    ret: ReturnType,
+    doc: &'static str,
+) -> Builtin {
+    Builtin {
+        name,
+        params,
+        optional: 0,
+        variadic: None,
+        ret,
+        host: true,
+        kernel: true,
+        doc,
+    }
+}
+
+const fn kernel_only(
+    name: &'static str,
+    params: &'static [ParamType],
+    ret: ReturnType,
+    doc: &'static str,
+) -> Builtin {
+    Builtin {
+        host: false,
+        ..both(name, params, ret, doc)
+    }
+}
+
+const fn host_only(
+    name: &'static str,
+    params: &'static [ParamType],
+    ret: ReturnType,
+    doc: &'static str,
+) -> Builtin {
+    Builtin {
+        kernel: false,
+        ..both(name, params, ret, doc)
+    }
+}
+
+/// `b` with its last `n` parameters optional.
+const fn optional(n: usize, b: Builtin) -> Builtin {
+    Builtin { optional: n, ..b }
+}
+
+/// `b` taking any number of extra arguments of type `ty`.
+const fn variadic(ty: ParamType, b: Builtin) -> Builtin {
+    Builtin {
+        variadic: Some(ty),
+        ..b
+    }
+}
+
+const LONG: ReturnType = ReturnType::Long;
+const STRING: ReturnType = ReturnType::String;
+const VOID: ReturnType = ReturnType::Void;
+
+// One row per built-in; rustfmt would spread each over eight lines.
+#[rustfmt::skip]
+const BUILTINS: &[Builtin] = &[
+    // Output. Kernel probes print through the ring buffer; the host formats.
+    variadic(Any, both("print", &[Any], VOID, "Print values with no separator (stap documents one value; more are concatenated)")),
+    variadic(Any, both("println", &[Any], VOID, "Print values followed by a newline")),
+    variadic(Any, both("printf", &[S], VOID, "Print values under a literal format string")),
+    variadic(Any, both("sprintf", &[S], STRING, "Format values under a literal format string into a string")),
+    variadic(Any, both("printd", &[S, Any, Any], VOID, "Print two or more values separated by a delimiter")),
+    variadic(Any, both("printdln", &[S, Any, Any], VOID, "Print two or more values separated by a delimiter, then a newline")),
+    variadic(Any, both("sprintd", &[S, Any, Any], STRING, "Join two or more values with a delimiter into a string")),
+    both("sprint", &[Any], STRING, "Convert one value to a string"),
+    both("sprintln", &[Any], STRING, "Convert one value to a string followed by a newline"),
+    // Process context.
+    both("execname", &[], STRING, "Name of the current process"),
+    both("pid", &[], LONG, "Process (thread group) id of the current task"),
+    both("tid", &[], LONG, "Thread id of the current task"),
+    both("ppid", &[], LONG, "Process id of the current task's parent"),
+    both("uid", &[], LONG, "Real user id of the current task"),
+    both("gid", &[], LONG, "Real group id of the current task"),
+    both("euid", &[], LONG, "Effective user id of the current task"),
+    both("cpu", &[], LONG, "Number of the current CPU"),
+    both("cmdline_str", &[], STRING, "Command line of the current process, arguments joined by spaces"),
+    both("target", &[], LONG, "Process id given with -x, or of the command started with -c"),
+    both("pp", &[], STRING, "The probe point that fired, as written after resolution"),
+    both("probefunc", &[], STRING, "Name of the function being probed"),
+    both("probemod", &[], STRING, "Name of the module the probed function lives in"),
+    both("ppfunc", &[], STRING, "Function name parsed from the probe point"),
+    // Time.
+    both("gettimeofday_s", &[], LONG, "Seconds since the epoch"),
+    both("gettimeofday_ms", &[], LONG, "Milliseconds since the epoch"),
+    both("gettimeofday_us", &[], LONG, "Microseconds since the epoch"),
+    both("gettimeofday_ns", &[], LONG, "Nanoseconds since the epoch"),
+    both("get_cycles", &[], LONG, "Processor cycle counter"),
+    kernel_only("jiffies", &[], LONG, "Kernel jiffies count"),
+    both("ktime_get_ns", &[], LONG, "Nanoseconds of monotonic time since boot"),
+    both("local_clock_ns", &[], LONG, "Nanoseconds of the CPU-local clock"),
+    both("ctime", &[L], STRING, "Format seconds since the epoch as a UTC date"),
+    both("tz_ctime", &[L], STRING, "Format seconds since the epoch as a date in the local time zone"),
+    // Kernel memory.
+    optional(1, kernel_only("kernel_string", &[L, S], STRING, "NUL-terminated string at a kernel address (optional string to return on fault)")),
+    kernel_only("kernel_string_n", &[L, L], STRING, "String of at most n bytes at a kernel address"),
+    kernel_only("kernel_string2", &[L, S], STRING, "String at a kernel address, or the given string on fault"),
+    kernel_only("kernel_long", &[L], LONG, "Long at a kernel address"),
+    kernel_only("kernel_int", &[L], LONG, "Int at a kernel address"),
+    kernel_only("kernel_short", &[L], LONG, "Short at a kernel address"),
+    kernel_only("kernel_char", &[L], LONG, "Char at a kernel address"),
+    kernel_only("kernel_pointer", &[L], LONG, "Pointer at a kernel address"),
+    // User memory of the current task.
+    optional(1, kernel_only("user_string", &[L, S], STRING, "NUL-terminated string at a user address (optional string to return on fault)")),
+    optional(1, kernel_only("user_string_n", &[L, L, S], STRING, "String of at most n bytes at a user address (optional string to return on fault)")),
+    kernel_only("user_long", &[L], LONG, "Long at a user address"),
+    kernel_only("user_int", &[L], LONG, "Int at a user address"),
+    // Symbols and backtraces. Addresses are symbolized on the host.
+    both("symname", &[L], STRING, "Symbol name of a kernel address"),
+    both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),
+    both("modname", &[L], STRING, "Module name of a kernel address"),
+    kernel_only("print_backtrace", &[], VOID, "Print the kernel stack of the probe, symbolized"),
+    kernel_only("backtrace", &[], STRING, "Kernel stack of the probe as hex addresses"),
+    kernel_only("sprint_backtrace", &[], STRING, "Kernel stack of the probe, symbolized, as a string"),
+    kernel_only("print_ubacktrace", &[], VOID, "Print the user stack of the current task, symbolized"),
+    kernel_only("task_backtrace", &[L], STRING, "Kernel stack of the given task as hex addresses"),
+    both("print_stack", &[S], VOID, "Print a backtrace() string, symbolized"),
+    both("sprint_stack", &[S], STRING, "Symbolize a backtrace() string"),
+    // Strings.
+    both("strlen", &[S], LONG, "Length of a string in bytes"),
+    both("substr", &[S, L, L], STRING, "Substring from a start offset with a length"),
+    both("isinstr", &[S, S], LONG, "1 if the second string occurs in the first"),
+    both("strpos", &[S, S], LONG, "Offset of the first occurrence of the second string, or -1"),
+    both("stringat", &[S, L], LONG, "Byte at an offset of a string"),
+    host_only("str_replace", &[S, S, S], STRING, "Replace every occurrence of a substring"),
+    host_only("tokenize", &[S, S], STRING, "Next token of a string split on delimiters; empty input continues the last string"),
+    host_only("text_str", &[S], STRING, "String with non-printable characters escaped"),
+    host_only("string_quoted", &[S], STRING, "String quoted, with non-printable characters escaped"),
+    host_only("strtol", &[S, L], LONG, "Parse a string as an integer in the given base"),
+    both("isdigit", &[S], LONG, "1 if the string starts with an ASCII digit"),
+    both("abs", &[L], LONG, "Absolute value"),
+    host_only("matched", &[L], STRING, "Text matched by subexpression n of the last =~ match"),
+    both("enum_name", &[S, L], STRING, "stap-rs: name of a value of a kernel enum, e.g. enum_name(\"skb_drop_reason\", $reason)"),
+    // Control.
+    both("exit", &[], VOID, "End the session after the current probe: end probes run"),
+    both("error", &[S], VOID, "Raise a run-time error with a message"),
+    both("warn", &[S], VOID, "Print a warning to stderr"),
+    both("abort", &[], VOID, "End the session at once: end probes do not run"),
+    both("log", &[S], VOID, "Print a message and a newline"),
+    optional(1, both("assert", &[L, S], VOID, "Raise an error if the expression is false")),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every function named in subset.md's "Built-in functions" list, except
+    /// the network ones (stdlib .stp functions).
+    #[rustfmt::skip]
+    const SUBSET_BUILTINS: &[&str] = &[
+        // Output
+        "print", "println", "printf", "sprintf", "printd", "printdln", "sprintd",
+        // Process context
+        "execname", "pid", "tid", "ppid", "uid", "gid", "euid", "cpu", "cmdline_str", "target", "pp",
+        "probefunc", "probemod", "ppfunc",
+        // Time
+        "gettimeofday_s", "gettimeofday_ms", "gettimeofday_us", "gettimeofday_ns", "get_cycles",
+        "jiffies", "ktime_get_ns", "local_clock_ns", "ctime", "tz_ctime",
+        // Kernel memory
+        "kernel_string", "kernel_string_n", "kernel_string2", "kernel_long", "kernel_int",
+        "kernel_short", "kernel_char", "kernel_pointer",
+        // User memory
+        "user_string", "user_string_n", "user_long", "user_int",
+        // Symbols and backtraces
+        "symname", "symdata", "modname", "print_backtrace", "backtrace", "sprint_backtrace",
+        "print_ubacktrace", "task_backtrace",
+        // Strings
+        "strlen", "substr", "isinstr", "strpos", "str_replace", "tokenize", "text_str", "stringat",
+        "strtol", "string_quoted", "sprint_stack",
+        // Control
+        "exit", "error", "warn", "abort", "log", "assert", "print_stack",
+        // Extensions named in the brief
+        "enum_name", "matched", "abs", "isdigit",
+    ];
+
+    #[test]
+    fn every_subset_builtin_is_present() {
+        let missing: Vec<_> = SUBSET_BUILTINS
+            .iter()
+            .filter(|n| lookup(n).is_none())
+            .collect();
+        assert!(missing.is_empty(), "missing built-ins: {missing:?}");
+    }
+
+    #[test]
+    fn names_are_unique_and_entries_consistent() {
+        for (i, b) in all().iter().enumerate() {
+            assert!(
+                all()[..i].iter().all(|o| o.name != b.name),
+                "duplicate {}",
+                b.name
+            );
+            assert!(
+                b.optional <= b.params.len(),
+                "{}: too many optional params",
+                b.name
+            );
+            assert!(b.host || b.kernel, "{} runs nowhere", b.name);
+            assert!(!b.doc.is_empty(), "{} has no doc", b.name);
+        }
+    }
+
+    #[test]
+    fn network_helpers_are_not_builtins() {
+        for name in ["ip_ntop", "htons", "tcp_sockstate_str", "format_ipaddr"] {
+            assert!(lookup(name).is_none(), "{name} belongs to the stdlib");
+        }
+    }
+
+    #[test]
+    fn signatures() {
+        let printf = lookup("printf").unwrap();
+        assert_eq!((printf.min_args(), printf.max_args()), (1, None));
+        assert_eq!(printf.param(0), Some(ParamType::String));
+        assert_eq!(printf.param(5), Some(ParamType::Any));
+        assert_eq!(printf.ret, ReturnType::Void);
+
+        let exit = lookup("exit").unwrap();
+        assert_eq!((exit.min_args(), exit.max_args()), (0, Some(0)));
+        assert!(exit.host && exit.kernel);
+
+        let ks = lookup("kernel_string").unwrap();
+        assert_eq!((ks.min_args(), ks.max_args()), (1, Some(2)));
+        assert_eq!(ks.ret, ReturnType::String);
+        assert!(ks.kernel && !ks.host);
+
+        let printd = lookup("printd").unwrap();
+        assert_eq!(printd.min_args(), 3);
+
+        assert!(!lookup("print_backtrace").unwrap().host);
+        assert!(!lookup("tokenize").unwrap().kernel);
+        assert!(lookup("ctime").unwrap().host && lookup("ctime").unwrap().kernel);
+        assert!(lookup("gettimeofday_ns").unwrap().kernel);
+        assert_eq!(
+            lookup("strtol").unwrap().params,
+            [ParamType::String, ParamType::Long]
+        );
+    }
+}

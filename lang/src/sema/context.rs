@@ -1,0 +1,467 @@
+//! Context variables and `@cast`: `$skb->dev->name`, `$return`, `$$parms`,
+//! `@cast(p, "struct sk_buff")->len`, resolved to typed kernel-memory
+//! accesses with byte offsets from [`KernelFacts`].
+
+use super::hir::{
+    AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextVar, Expr, ExprKind, Type,
+};
+use super::lower::{BodyLowerer, invalid};
+use crate::ast::{self, BulkContext, ContextVar as AstContextVar, MemberStep, PrettyDepth};
+use crate::diag::Diagnostic;
+use crate::kernel::{KernelFacts, TypeId, TypeKind, find_member, member_names};
+use crate::source::Span;
+
+/// Where a member chain stands after each step.
+#[derive(Debug, Clone, Copy)]
+enum Cursor {
+    /// A value held in a register: a context variable or a loaded pointer.
+    Value(TypeId),
+    /// A `@cast` pointer to an object of this type.
+    PointerTo(TypeId),
+    /// An object in kernel memory (its address is known).
+    Memory(TypeId),
+}
+
+/// The size of a type in bytes, for array subscripts.
+pub(crate) fn type_size(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
+    match facts.kind(ty) {
+        TypeKind::Int { bytes, .. } | TypeKind::Enum { bytes, .. } | TypeKind::Float { bytes } => {
+            bytes
+        }
+        TypeKind::Pointer(_) => 8,
+        TypeKind::Array { elem, len } => type_size(facts, elem).saturating_mul(len),
+        TypeKind::Struct { size, .. } => size,
+        TypeKind::Void | TypeKind::Function | TypeKind::Opaque { .. } => 0,
+    }
+}
+
+fn typed(kind: ExprKind, ty: Type, span: Span) -> Expr {
+    Expr { kind, ty, span }
+}
+
+impl BodyLowerer<'_, '_> {
+    /// `$x`, `$x->f`, `@cast(...)->f`, `&...`, `$$vars`, `@var("x")`.
+    pub(crate) fn context_expr(&mut self, e: &ast::Expr) -> Expr {
+        let (inner, address_of) = match &e.kind {
+            ast::ExprKind::AddressOf(inner) => (inner.as_ref(), true),
+            _ => (e, false),
+        };
+        let (base, path, pretty): (&ast::Expr, &[MemberStep], Option<PrettyDepth>) =
+            match &inner.kind {
+                ast::ExprKind::Member { base, path, pretty } => {
+                    (base.as_ref(), path.as_slice(), *pretty)
+                }
+                _ => (inner, &[], None),
+            };
+        if let ast::ExprKind::Context(AstContextVar::Bulk { which, pretty }) = &base.kind {
+            return self.bulk(*which, *pretty, base.span);
+        }
+        if address_of && path.is_empty() {
+            self.error(Diagnostic::error("`&` needs a member access").at(
+                e.span,
+                "write `&$var->member` or `&@cast(p, \"T\")->member`",
+            ));
+            return invalid(e.span);
+        }
+        let Some((access_base, cursor)) = self.access_base(base) else {
+            return invalid(e.span);
+        };
+        let Some(access) = self.member_chain(access_base, cursor, path, pretty, address_of, e.span)
+        else {
+            return invalid(e.span);
+        };
+        let ty = match access.value {
+            AccessValue::Pretty(_) => Type::String,
+            _ => Type::Long,
+        };
+        typed(ExprKind::Context(Box::new(access)), ty, e.span)
+    }
+
+    fn no_context_error(&self, what: &str, span: Span) -> Option<Diagnostic> {
+        match &self.ctx {
+            None => Some(
+                Diagnostic::error(format!("{what} is not available in functions"))
+                    .at(span, "context variables belong to probes")
+                    .note("help: pass the value to the function as a parameter"),
+            ),
+            Some(ctx) if ctx.needs_dwarf => Some(Diagnostic::unsupported(
+                format!(
+                    "{what} in a {} probe (needs the binary's DWARF)",
+                    ctx.family
+                ),
+                span,
+            )),
+            Some(ctx) if ctx.vars.is_empty() && ctx.ret.is_none() && !ctx.is_return => {
+                let family = ctx.family;
+                if family == "kernel.trace" || family == "kernel.function" {
+                    None
+                } else {
+                    Some(
+                        Diagnostic::error(format!(
+                            "{what} is not available in {family} probes: they have no context"
+                        ))
+                        .at(span, format!("used in a {family} probe")),
+                    )
+                }
+            }
+            Some(_) => None,
+        }
+    }
+
+    fn bulk(&mut self, which: BulkContext, pretty: Option<PrettyDepth>, span: Span) -> Expr {
+        let spelled = match which {
+            BulkContext::Vars => "$$vars",
+            BulkContext::Parms => "$$parms",
+            BulkContext::Locals => "$$locals",
+            BulkContext::Return => "$$return",
+        };
+        if let Some(d) = self.no_context_error(&format!("`{spelled}`"), span) {
+            self.error(d);
+            return invalid(span);
+        }
+        let ctx = self
+            .ctx
+            .as_ref()
+            .map(|c| (c.vars.clone(), c.ret.clone(), c.is_return));
+        let Some((vars, ret, is_return)) = ctx else {
+            return invalid(span);
+        };
+        let vars: Vec<ContextVar> = match which {
+            BulkContext::Vars | BulkContext::Parms => vars,
+            BulkContext::Return if is_return => ret.into_iter().collect(),
+            BulkContext::Return => {
+                self.error(
+                    Diagnostic::error("`$$return` is only available in .return probes")
+                        .at(span, "not in a .return probe"),
+                );
+                return invalid(span);
+            }
+            BulkContext::Locals => {
+                self.error(Diagnostic::unsupported(
+                    "`$$locals` (needs kernel DWARF)",
+                    span,
+                ));
+                return invalid(span);
+            }
+        };
+        typed(
+            ExprKind::Bulk {
+                which,
+                vars,
+                pretty,
+            },
+            Type::String,
+            span,
+        )
+    }
+
+    /// Looks up `$name` in the probe's context.
+    fn context_var(&mut self, name: &str, span: Span) -> Option<ContextVar> {
+        let spelled = format!("`${name}`");
+        if let Some(d) = self.no_context_error(&spelled, span) {
+            self.error(d);
+            return None;
+        }
+        let ctx = self.ctx.as_ref()?;
+        if let Some(v) = ctx.vars.iter().find(|v| v.name == name) {
+            return Some(v.clone());
+        }
+        let available: Vec<String> = ctx.vars.iter().map(|v| format!("${}", v.name)).collect();
+        let listing = if available.is_empty() {
+            "this probe has no context variables".to_string()
+        } else {
+            format!("this probe has {}", available.join(", "))
+        };
+        let names: Vec<&str> = ctx.vars.iter().map(|v| v.name.as_str()).collect();
+        let d = Diagnostic::error(format!("no context variable {spelled} in this probe"))
+            .at(span, "not an argument of this probe point")
+            .note(listing)
+            .suggest(name, names);
+        self.error(d);
+        None
+    }
+
+    fn return_var(&mut self, span: Span) -> Option<ContextVar> {
+        if let Some(d) = self.no_context_error("`$return`", span) {
+            self.error(d);
+            return None;
+        }
+        let ctx = self.ctx.as_ref()?;
+        if !ctx.is_return {
+            let d = Diagnostic::error("`$return` is only available in .return probes")
+                .at(span, "not in a .return probe");
+            self.error(d);
+            return None;
+        }
+        match ctx.ret.clone() {
+            Some(r) => Some(r),
+            None => {
+                self.error(
+                    Diagnostic::error("`$return` of a function that returns void")
+                        .at(span, "nothing is returned"),
+                );
+                None
+            }
+        }
+    }
+
+    fn access_base(&mut self, base: &ast::Expr) -> Option<(AccessBase, Cursor)> {
+        match &base.kind {
+            ast::ExprKind::Context(AstContextVar::Named(name)) => {
+                let v = self.context_var(name, base.span)?;
+                let ty = v.ty;
+                Some((AccessBase::Var(v), Cursor::Value(ty)))
+            }
+            ast::ExprKind::AtVar(name) => {
+                // `@var("name@file")`: the file part needs DWARF; the name is enough here.
+                let bare = name.node.split('@').next().unwrap_or_default();
+                let v = self.context_var(bare, name.span)?;
+                let ty = v.ty;
+                Some((AccessBase::Var(v), Cursor::Value(ty)))
+            }
+            ast::ExprKind::Context(AstContextVar::Return) => {
+                let v = self.return_var(base.span)?;
+                let ty = v.ty;
+                Some((AccessBase::Var(v), Cursor::Value(ty)))
+            }
+            ast::ExprKind::Cast { ptr, ty, .. } => {
+                // The module/header argument (`kernel<linux/skbuff.h>`) is
+                // accepted and ignored: BTF has every kernel type.
+                let ptr = self.expr(ptr);
+                let facts = self.elab.facts;
+                let found = match facts.find_type(&ty.node) {
+                    Ok(found) => found,
+                    Err(e) => {
+                        self.error(
+                            Diagnostic::error(format!("cannot read kernel types: {e}"))
+                                .at(ty.span, "here"),
+                        );
+                        return None;
+                    }
+                };
+                let Some(target) = found else {
+                    let names = facts.struct_names();
+                    let wanted = ty
+                        .node
+                        .trim_start_matches("struct ")
+                        .trim_start_matches("union ");
+                    let candidates: Vec<String> = names
+                        .iter()
+                        .map(|n| {
+                            n.trim_start_matches("struct ")
+                                .trim_start_matches("union ")
+                                .to_string()
+                        })
+                        .collect();
+                    let near = crate::diag::nearest_names(
+                        wanted,
+                        candidates.iter().map(String::as_str),
+                        3,
+                    );
+                    let mut d = Diagnostic::error(format!("unknown type `{}` in @cast", ty.node))
+                        .at(ty.span, "not a type of this kernel's BTF");
+                    if !near.is_empty() {
+                        let list: Vec<String> =
+                            near.iter().map(|n| format!("`struct {n}`")).collect();
+                        d = d.note(format!("help: did you mean {}?", list.join(", ")));
+                    }
+                    self.error(d);
+                    return None;
+                };
+                let target_name = facts.type_name(target);
+                let base = AccessBase::Cast {
+                    ptr: Box::new(ptr),
+                    target,
+                    target_name,
+                };
+                Some((base, Cursor::PointerTo(target)))
+            }
+            ast::ExprKind::Error => None,
+            _ => {
+                self.error(
+                    Diagnostic::error("`->` needs a context variable or `@cast` on its left")
+                        .at(base.span, "not kernel data")
+                        .note("help: use `@cast(ptr, \"struct name\")->member` to read through a pointer"),
+                );
+                None
+            }
+        }
+    }
+
+    /// The struct a `->` or `[ ]` step starts from, with whether it goes
+    /// through a pointer.
+    fn step_target(&self, cursor: Cursor) -> Option<(TypeId, bool)> {
+        let facts = self.elab.facts;
+        match cursor {
+            Cursor::PointerTo(t) => Some((t, true)),
+            Cursor::Value(t) | Cursor::Memory(t) => match facts.kind(t) {
+                TypeKind::Pointer(p) => Some((p, true)),
+                TypeKind::Struct { .. } | TypeKind::Array { .. }
+                    if matches!(cursor, Cursor::Memory(_)) =>
+                {
+                    Some((t, false))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    fn member_chain(
+        &mut self,
+        base: AccessBase,
+        mut cursor: Cursor,
+        path: &[MemberStep],
+        pretty: Option<PrettyDepth>,
+        address_of: bool,
+        span: Span,
+    ) -> Option<ContextAccess> {
+        let facts = self.elab.facts;
+        let mut steps = Vec::new();
+        let mut described = match &base {
+            AccessBase::Var(v) => format!("${}", v.name),
+            AccessBase::Cast { target_name, .. } => format!("@cast(..., \"{target_name}\")"),
+        };
+        for step in path {
+            let current = match cursor {
+                Cursor::Value(t) | Cursor::Memory(t) => facts.type_name(t),
+                Cursor::PointerTo(t) => format!("{} *", facts.type_name(t)),
+            };
+            match step {
+                MemberStep::Field(name) => {
+                    let Some((target, through_pointer)) = self.step_target(cursor) else {
+                        self.error(
+                            Diagnostic::error(format!(
+                                "`{described}` is not a pointer to a struct or union"
+                            ))
+                            .at(name.span, format!("`{described}` has type `{current}`")),
+                        );
+                        return None;
+                    };
+                    match facts.kind(target) {
+                        TypeKind::Struct { .. } => {}
+                        TypeKind::Opaque { name: opaque } => {
+                            self.error(
+                                Diagnostic::error(format!(
+                                    "`{opaque}` has no known layout in this kernel's BTF"
+                                ))
+                                .at(name.span, "cannot read its members"),
+                            );
+                            return None;
+                        }
+                        _ => {
+                            self.error(
+                                Diagnostic::error(format!(
+                                    "`{described}` is not a pointer to a struct or union"
+                                ))
+                                .at(name.span, format!("`{described}` has type `{current}`")),
+                            );
+                            return None;
+                        }
+                    }
+                    let Some(member) = find_member(facts, target, &name.node) else {
+                        let names = member_names(facts, target);
+                        let d = Diagnostic::error(format!(
+                            "`{}` has no member named `{}`",
+                            facts.type_name(target),
+                            name.node
+                        ))
+                        .at(name.span, "unknown member")
+                        .suggest(&name.node, names.iter().map(String::as_str));
+                        self.error(d);
+                        return None;
+                    };
+                    let bitfield = member.bitfield_bits.map(|bits| Bitfield {
+                        bit_shift: member.bit_offset % 8,
+                        bits,
+                    });
+                    steps.push(AccessStep::Member {
+                        name: name.node.clone(),
+                        through_pointer,
+                        byte_offset: member.bit_offset / 8,
+                        bitfield,
+                        ty: member.ty,
+                        type_name: facts.type_name(member.ty),
+                    });
+                    described = format!("{described}->{}", name.node);
+                    cursor = Cursor::Memory(member.ty);
+                }
+                MemberStep::Subscript(index) => {
+                    let index_expr = self.expr(index);
+                    let elem = match cursor {
+                        Cursor::PointerTo(t) => Some((t, true)),
+                        Cursor::Value(t) | Cursor::Memory(t) => match facts.kind(t) {
+                            TypeKind::Pointer(p) => Some((p, true)),
+                            TypeKind::Array { elem, .. } if matches!(cursor, Cursor::Memory(_)) => {
+                                Some((elem, false))
+                            }
+                            _ => None,
+                        },
+                    };
+                    let Some((elem, through_pointer)) = elem else {
+                        self.error(
+                            Diagnostic::error(format!("`{described}` cannot be subscripted")).at(
+                                index.span,
+                                format!(
+                                    "`{described}` has type `{current}`, not a pointer or array"
+                                ),
+                            ),
+                        );
+                        return None;
+                    };
+                    steps.push(AccessStep::Subscript {
+                        index: Box::new(index_expr),
+                        through_pointer,
+                        elem_size: type_size(facts, elem),
+                        ty: elem,
+                        type_name: facts.type_name(elem),
+                    });
+                    described = format!("{described}[...]");
+                    cursor = Cursor::Memory(elem);
+                }
+            }
+        }
+        let (ty, type_name) = match cursor {
+            Cursor::Value(t) | Cursor::Memory(t) => (t, facts.type_name(t)),
+            Cursor::PointerTo(t) => (t, format!("{} *", facts.type_name(t))),
+        };
+        let value = if let Some(depth) = pretty {
+            AccessValue::Pretty(depth)
+        } else if address_of {
+            AccessValue::AddressOf
+        } else {
+            match cursor {
+                Cursor::PointerTo(_) => AccessValue::Pointer,
+                Cursor::Value(t) | Cursor::Memory(t) => match facts.kind(t) {
+                    TypeKind::Int { bytes, signed, .. } | TypeKind::Enum { bytes, signed, .. } => {
+                        AccessValue::Integer { bytes, signed }
+                    }
+                    TypeKind::Pointer(_) => AccessValue::Pointer,
+                    TypeKind::Array { .. } | TypeKind::Struct { .. }
+                        if matches!(cursor, Cursor::Memory(_)) =>
+                    {
+                        AccessValue::Address
+                    }
+                    _ => {
+                        self.error(
+                            Diagnostic::error(format!(
+                                "`{described}` of type `{type_name}` cannot be used as a value"
+                            ))
+                            .at(span, "not an integer, pointer, array or struct member")
+                            .note(format!(
+                                "help: pretty-print it as a string with `{described}$`"
+                            )),
+                        );
+                        return None;
+                    }
+                },
+            }
+        };
+        Some(ContextAccess {
+            base,
+            steps,
+            ty,
+            type_name,
+            value,
+        })
+    }
+}

@@ -1,0 +1,547 @@
+//! The elaborated program (HIR): what pass 2 hands to the IR lowering.
+//!
+//! Unlike the AST, every name here is resolved (local slot, global,
+//! function, builtin), every expression carries its type, every probe point
+//! is resolved to one concrete event, and context variables are typed
+//! accesses with byte offsets taken from the kernel's BTF.
+
+use crate::ast::{AssignOp, BinaryOp, BulkContext, PrettyDepth, SortDir, StatOp, UnaryOp};
+use crate::kernel::{FunctionProto, TracepointArgs, TypeId};
+use crate::source::Span;
+
+/// The value types of the stap language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Type {
+    /// Not inferred (yet). A finished [`Program`] contains none.
+    #[default]
+    Unknown,
+    Long,
+    String,
+    /// A statistics aggregate: only `<<<` and `@count(...)` etc. apply.
+    Stats,
+}
+
+impl Type {
+    pub fn name(self) -> &'static str {
+        match self {
+            Type::Unknown => "unknown",
+            Type::Long => "long",
+            Type::String => "string",
+            Type::Stats => "stats",
+        }
+    }
+
+    pub fn is_known(self) -> bool {
+        self != Type::Unknown
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GlobalId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionId(pub u32);
+
+/// A slot in the enclosing function's or probe's `locals`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LocalId(pub u32);
+
+/// Where code runs: compiled to BPF in the kernel, or JIT-compiled on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    Kernel,
+    Host,
+}
+
+/// Which sides use a function or a global.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sides {
+    pub kernel: bool,
+    pub host: bool,
+}
+
+impl Sides {
+    pub fn add(&mut self, placement: Placement) -> bool {
+        let flag = match placement {
+            Placement::Kernel => &mut self.kernel,
+            Placement::Host => &mut self.host,
+        };
+        let changed = !*flag;
+        *flag = true;
+        changed
+    }
+
+    pub fn describe(self) -> &'static str {
+        match (self.kernel, self.host) {
+            (true, true) => "both",
+            (true, false) => "kernel",
+            (false, true) => "host",
+            (false, false) => "nothing",
+        }
+    }
+}
+
+/// The `-D` limits, with stap's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_string_len: u64,
+    pub max_map_entries: u64,
+    /// Statements per probe hit; begin and end probes get ten times as many.
+    pub max_action: u64,
+    /// Run-time errors tolerated before the session ends.
+    pub max_errors: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_string_len: 512,
+            max_map_entries: 2048,
+            max_action: 1000,
+            max_errors: 0,
+        }
+    }
+}
+
+/// Which probe mechanisms the program needs from the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MechanismNeeds {
+    pub raw_tracepoints: bool,
+    pub classic_tracepoints: bool,
+    pub fentry: bool,
+    pub kprobes: bool,
+    pub uprobes: bool,
+    pub perf_events: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    pub globals: Vec<Global>,
+    /// Only the functions some probe reaches; unused ones are elided.
+    pub functions: Vec<Function>,
+    pub probes: Vec<Probe>,
+    pub limits: Limits,
+    /// Every `-D NAME=VALUE`, as given.
+    pub defines: Vec<(String, String)>,
+    pub needs: MechanismNeeds,
+}
+
+impl Program {
+    pub fn global(&self, id: GlobalId) -> &Global {
+        &self.globals[id.0 as usize]
+    }
+
+    pub fn function(&self, id: FunctionId) -> &Function {
+        &self.functions[id.0 as usize]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Global {
+    pub name: String,
+    /// The value type (`Stats` for aggregates).
+    pub ty: Type,
+    /// Key types of an array, in order; empty for a scalar.
+    pub keys: Vec<Type>,
+    pub is_array: bool,
+    /// `global a[100]`.
+    pub size: Option<u64>,
+    /// `global a%[100]`: the oldest entries are overwritten when full.
+    pub wrap: bool,
+    /// Initial value (`global x = 5`, or a `-G` override).
+    pub init: Option<Constant>,
+    pub private: bool,
+    /// Defined in a tapset rather than in the user's script.
+    pub from_tapset: bool,
+    pub used_by: Sides,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Constant {
+    Long(i64),
+    String(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Local {
+    pub name: String,
+    pub ty: Type,
+    /// The first place it appears.
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Function {
+    pub name: String,
+    /// The first `params.len()` entries of `locals` are the parameters.
+    pub param_count: usize,
+    pub ret: Type,
+    /// Parameters first, then the locals the body introduces.
+    pub locals: Vec<Local>,
+    pub body: Block,
+    pub runs_on: Sides,
+    pub from_tapset: bool,
+    pub span: Span,
+}
+
+impl Function {
+    pub fn params(&self) -> &[Local] {
+        &self.locals[..self.param_count]
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    /// The point as the user wrote it (`tcp.sendmsg`, `kernel.trace("*skb")`).
+    pub written: String,
+    /// The concrete point (`kernel.trace("skb:kfree_skb")`).
+    pub resolved: String,
+    /// Aliases expanded on the way, outermost first.
+    pub alias_chain: Vec<String>,
+    pub kind: ProbeKind,
+    pub placement: Placement,
+    /// The context variables this point offers, in argument order.
+    pub context: Vec<ContextVar>,
+    pub locals: Vec<Local>,
+    /// `probe POINT if (cond)`: the probe body only runs when it holds.
+    pub condition: Option<Expr>,
+    /// Alias prologues, then the user's body, then alias epilogues.
+    pub body: Block,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProbeKind {
+    /// `begin`, `begin(N)`, `init`, `oneshot` (whose body ends with `exit()`).
+    Begin {
+        order: i64,
+    },
+    End {
+        order: i64,
+    },
+    Error {
+        order: i64,
+    },
+    Never,
+    HostTimer {
+        period_ns: u64,
+        randomize_ns: u64,
+    },
+    /// `args` are the raw (BTF-typed, in ctx order) or classic (tracefs) fields.
+    Tracepoint {
+        system: String,
+        name: String,
+        args: TracepointArgs,
+    },
+    KernelFunction {
+        name: String,
+        is_return: bool,
+        proto: FunctionProto,
+        module: Option<String>,
+        mechanism: FunctionMechanism,
+    },
+    Perf {
+        /// `PERF_TYPE_*`.
+        perf_type: u32,
+        config: u64,
+        /// Sample period in events.
+        sample_period: u64,
+        /// `sw.cpu_clock` etc., or `type(T).config(C)`.
+        event: String,
+    },
+    TimerProfile,
+    /// A uprobe. `target` is the function name or the statement spec; the
+    /// address is resolved later from the binary's symbols/line table.
+    Process {
+        path: String,
+        target: ProcessTarget,
+        is_return: bool,
+    },
+}
+
+impl ProbeKind {
+    /// The family name, as messages say it ("begin probes").
+    pub fn family(&self) -> &'static str {
+        match self {
+            ProbeKind::Begin { .. } => "begin",
+            ProbeKind::End { .. } => "end",
+            ProbeKind::Error { .. } => "error",
+            ProbeKind::Never => "never",
+            ProbeKind::HostTimer { .. } => "timer",
+            ProbeKind::Tracepoint { .. } => "kernel.trace",
+            ProbeKind::KernelFunction { .. } => "kernel.function",
+            ProbeKind::Perf { .. } => "perf",
+            ProbeKind::TimerProfile => "timer.profile",
+            ProbeKind::Process { .. } => "process",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FunctionMechanism {
+    /// fentry / fexit (BPF trampolines).
+    Fentry,
+    /// kprobe / kretprobe.
+    Kprobe,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessTarget {
+    Function(String),
+    Statement(String),
+}
+
+/// One context variable a probe point offers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextVar {
+    pub name: String,
+    pub ty: TypeId,
+    /// The C spelling of `ty`, for listings.
+    pub type_name: String,
+    pub source: ContextSource,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContextSource {
+    /// `ctx[index]` of a raw tracepoint.
+    TracepointArg(u32),
+    /// A field of a classic tracepoint's record.
+    ClassicField { offset: u32, size: u32 },
+    /// The `index`th parameter of a probed function.
+    FunctionParam(u32),
+    /// `$return` of a `.return` probe.
+    Return,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum StmtKind {
+    Block(Block),
+    Expr(Expr),
+    If {
+        cond: Expr,
+        then: Box<Stmt>,
+        otherwise: Option<Box<Stmt>>,
+    },
+    While {
+        cond: Expr,
+        body: Box<Stmt>,
+    },
+    For {
+        init: Option<Expr>,
+        cond: Option<Expr>,
+        step: Option<Expr>,
+        body: Box<Stmt>,
+    },
+    Foreach(Box<Foreach>),
+    Break,
+    Continue,
+    /// Leaves the probe handler.
+    Next,
+    Return(Option<Expr>),
+    Delete(Delete),
+    Empty,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delete {
+    /// A whole array, or a scalar global reset to its zero value.
+    Global(GlobalId),
+    Element {
+        global: GlobalId,
+        keys: Vec<Expr>,
+    },
+    Local(LocalId),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Foreach {
+    pub global: GlobalId,
+    /// `v = [a, b] in arr`.
+    pub value: Option<LocalId>,
+    pub keys: Vec<LocalId>,
+    /// Sort marker per key (same length as `keys`).
+    pub key_sort: Vec<Option<SortDir>>,
+    /// `arr+` / `arr-`.
+    pub value_sort: Option<SortDir>,
+    /// The aggregate a stats array is sorted (or bound) by; `@count` when
+    /// sorting a stats array without one.
+    pub aggregate: Option<StatOp>,
+    pub limit: Option<Expr>,
+    pub body: Stmt,
+}
+
+impl Foreach {
+    /// True when iteration order matters: a sort marker anywhere.
+    pub fn is_sorted(&self) -> bool {
+        self.value_sort.is_some() || self.key_sort.iter().any(Option::is_some)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExprKind {
+    Long(i64),
+    Str(String),
+    Local(LocalId),
+    /// A scalar global.
+    Global(GlobalId),
+    /// `arr[k1, k2]`.
+    Index {
+        global: GlobalId,
+        keys: Vec<Expr>,
+    },
+    /// `$var`, `$var->f[2]->g`, `@cast(p, "T")->f`, `$return`, `$var$`.
+    Context(Box<ContextAccess>),
+    /// `$$vars`, `$$parms`, `$$return` (a string).
+    Bulk {
+        which: BulkContext,
+        vars: Vec<ContextVar>,
+        pretty: Option<PrettyDepth>,
+    },
+    Call {
+        function: FunctionId,
+        args: Vec<Expr>,
+    },
+    /// A built-in function from `builtins`.
+    Builtin {
+        name: String,
+        args: Vec<Expr>,
+    },
+    /// `@count(s)`, `@hist_log(s)`, ... The operand is a stats global or
+    /// element. Histograms (typed `string`) only appear as `print` arguments.
+    Stat {
+        op: StatOp,
+        operand: Box<Expr>,
+        args: Vec<Expr>,
+    },
+    /// `@entry(e)` in a `.return` probe: `e` evaluated at function entry.
+    Entry(Box<Expr>),
+    Unary {
+        op: UnaryOp,
+        operand: Box<Expr>,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    /// The target is a `Local`, `Global`, `Index` (or a `Context`, refused
+    /// as guru mode before it gets here).
+    Assign {
+        op: AssignOp,
+        target: Box<Expr>,
+        value: Box<Expr>,
+    },
+    Crement {
+        increment: bool,
+        prefix: bool,
+        target: Box<Expr>,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    In {
+        keys: Vec<Expr>,
+        global: GlobalId,
+    },
+    Regex {
+        negated: bool,
+        subject: Box<Expr>,
+        pattern: Box<Expr>,
+    },
+    /// Stands for an expression whose error was already reported, so that
+    /// elaboration can go on; a returned [`Program`] never contains one.
+    Invalid,
+}
+
+/// A read of kernel data: a context variable or `@cast` pointer, followed
+/// by member steps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextAccess {
+    pub base: AccessBase,
+    pub steps: Vec<AccessStep>,
+    /// The kernel type reached after the last step.
+    pub ty: TypeId,
+    pub type_name: String,
+    pub value: AccessValue,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccessBase {
+    /// A context variable (by name, with where it comes from).
+    Var(ContextVar),
+    /// `@cast(ptr, "T")`: `ptr` points at a `T`.
+    Cast {
+        ptr: Box<Expr>,
+        target: TypeId,
+        target_name: String,
+    },
+}
+
+/// One step along a member chain. The cursor is either a value (a context
+/// variable or a loaded pointer) or an object in kernel memory.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AccessStep {
+    /// `.name` / `->name`. When `through_pointer`, the cursor is a pointer
+    /// value and the member lies at `*cursor + byte_offset`; otherwise the
+    /// cursor is an in-memory struct and the member is `byte_offset` into it.
+    Member {
+        name: String,
+        through_pointer: bool,
+        byte_offset: u32,
+        bitfield: Option<Bitfield>,
+        ty: TypeId,
+        type_name: String,
+    },
+    /// `[index]` on a pointer (`through_pointer`) or an in-memory array.
+    Subscript {
+        index: Box<Expr>,
+        through_pointer: bool,
+        elem_size: u32,
+        ty: TypeId,
+        type_name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bitfield {
+    /// Bit offset inside the storage starting at `byte_offset`.
+    pub bit_shift: u32,
+    pub bits: u32,
+}
+
+/// How the final cursor becomes a stap value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessValue {
+    /// An integer or enum of `bytes` bytes, sign- or zero-extended to long.
+    Integer { bytes: u32, signed: bool },
+    /// A pointer, as a long.
+    Pointer,
+    /// An array or struct: its address, as a long (`kernel_string($dev->name)`).
+    Address,
+    /// `&...`: the address of the final member, as a long.
+    AddressOf,
+    /// `$var$` / `$var$$`: pretty-printed as a string.
+    Pretty(PrettyDepth),
+}

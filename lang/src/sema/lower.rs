@@ -1,0 +1,744 @@
+//! Name resolution: AST bodies become HIR with every name bound to a local
+//! slot, a global, a function or a builtin. Types are left `Unknown` here
+//! (except where written) and filled in by `infer`.
+
+use super::builtins;
+use super::hir::{
+    self, Expr, ExprKind, FunctionId, GlobalId, Local, LocalId, Stmt, StmtKind, Type,
+};
+use super::points::{ProbeContext, ResolvedPoint};
+use super::symbols::Elaborator;
+use crate::ast;
+use crate::diag::Diagnostic;
+use crate::source::Span;
+use std::collections::HashMap;
+
+/// Lowers one body (a function's, or a probe's with its alias parts).
+pub(crate) struct BodyLowerer<'e, 'a> {
+    pub elab: &'e mut Elaborator<'a>,
+    pub locals: Vec<Local>,
+    local_names: HashMap<String, LocalId>,
+    assigned: Vec<bool>,
+    first_read: Vec<Option<Span>>,
+    /// The probe's context; `None` inside functions.
+    pub ctx: Option<ProbeContext>,
+    in_function: bool,
+}
+
+fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
+    match name.map(|t| t.node) {
+        Some(ast::TypeName::Long) => Type::Long,
+        Some(ast::TypeName::String) => Type::String,
+        None => Type::Unknown,
+    }
+}
+
+pub(crate) fn invalid(span: Span) -> Expr {
+    Expr {
+        kind: ExprKind::Invalid,
+        ty: Type::Unknown,
+        span,
+    }
+}
+
+fn expr(kind: ExprKind, span: Span) -> Expr {
+    Expr {
+        kind,
+        ty: Type::Unknown,
+        span,
+    }
+}
+
+/// `name:type(p:type, ...)`, for arity messages.
+pub(crate) fn signature(f: &ast::Function) -> String {
+    let ty = |t: Option<&crate::source::Spanned<ast::TypeName>>| match t.map(|t| t.node) {
+        Some(ast::TypeName::Long) => ":long",
+        Some(ast::TypeName::String) => ":string",
+        None => "",
+    };
+    let params: Vec<String> = f
+        .params
+        .iter()
+        .map(|p| format!("{}{}", p.name.node, ty(p.ty.as_ref())))
+        .collect();
+    format!(
+        "{}{}({})",
+        f.name.node,
+        ty(f.ret.as_ref()),
+        params.join(", ")
+    )
+}
+
+/// `name:ret(long, string, ...)` of a builtin, for arity messages.
+pub(crate) fn builtin_signature(b: &builtins::Builtin) -> String {
+    let ty = |p: builtins::ParamType| match p {
+        builtins::ParamType::Long => "long",
+        builtins::ParamType::String => "string",
+        builtins::ParamType::Any => "any",
+    };
+    let mut params: Vec<String> = b.params.iter().map(|p| ty(*p).to_string()).collect();
+    let required = b.min_args();
+    for p in params.iter_mut().skip(required) {
+        *p = format!("[{p}]");
+    }
+    if let Some(v) = b.variadic {
+        params.push(format!("{}...", ty(v)));
+    }
+    let ret = match b.ret {
+        builtins::ReturnType::Long => ":long",
+        builtins::ReturnType::String => ":string",
+        builtins::ReturnType::Void => "",
+    };
+    format!("{}{ret}({})", b.name, params.join(", "))
+}
+
+/// Lowers a function's body; parameters become its first locals.
+pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::Function {
+    let entry = &elab.functions[id.0 as usize];
+    let f = entry.ast;
+    let from_tapset = entry.from_tapset;
+    let mut lowerer = BodyLowerer::new(elab, None);
+    lowerer.in_function = true;
+    for p in &f.params {
+        if lowerer.local_names.contains_key(&p.name.node) {
+            lowerer.elab.error(
+                Diagnostic::error(format!("duplicate parameter `{}`", p.name.node))
+                    .at(p.name.span, "declared twice"),
+            );
+            continue;
+        }
+        let slot = lowerer.new_local(&p.name.node, p.name.span);
+        lowerer.locals[slot.0 as usize].ty = type_of(p.ty.as_ref());
+        lowerer.assigned[slot.0 as usize] = true;
+    }
+    let param_count = lowerer.locals.len();
+    let body = match &f.body {
+        ast::FunctionBody::Block(b) => lowerer.block(b),
+        ast::FunctionBody::EmbeddedC(span) => {
+            lowerer.elab.error(Diagnostic::unsupported(
+                format!(
+                    "embedded C (`%{{ %}}`) as the body of function `{}`",
+                    f.name.node
+                ),
+                *span,
+            ));
+            hir::Block {
+                stmts: Vec::new(),
+                span: *span,
+            }
+        }
+    };
+    let locals = lowerer.finish();
+    hir::Function {
+        name: f.name.node.clone(),
+        param_count,
+        ret: type_of(f.ret.as_ref()),
+        locals,
+        body,
+        runs_on: hir::Sides::default(),
+        from_tapset,
+        span: f.name.span,
+    }
+}
+
+/// Lowers a probe body for one resolved point: alias prologues, the body,
+/// then alias epilogues, all sharing one set of locals.
+pub(crate) fn lower_probe(
+    elab: &mut Elaborator<'_>,
+    point: ResolvedPoint<'_>,
+    body: &ast::Block,
+    probe_span: Span,
+) -> hir::Probe {
+    let mut lowerer = BodyLowerer::new(elab, Some(point.context.clone()));
+    let mut stmts = Vec::new();
+    if point.prologues.is_empty() && point.epilogues.is_empty() {
+        stmts = lowerer.block(body).stmts;
+    } else {
+        // Each part keeps its own block, so spans and the listing show
+        // where the alias code ends and the user's begins.
+        for prologue in &point.prologues {
+            stmts.push(block_stmt(lowerer.block(prologue)));
+        }
+        stmts.push(block_stmt(lowerer.block(body)));
+        for epilogue in &point.epilogues {
+            stmts.push(block_stmt(lowerer.block(epilogue)));
+        }
+    }
+    if point.oneshot {
+        let exit = expr(
+            ExprKind::Builtin {
+                name: "exit".to_string(),
+                args: Vec::new(),
+            },
+            body.span,
+        );
+        stmts.push(Stmt {
+            kind: StmtKind::Expr(exit),
+            span: body.span,
+        });
+    }
+    let mut condition: Option<Expr> = None;
+    for cond in &point.conditions {
+        let c = lowerer.expr(cond);
+        condition = Some(match condition {
+            None => c,
+            Some(prev) => {
+                let span = prev.span;
+                expr(
+                    ExprKind::Binary {
+                        op: ast::BinaryOp::And,
+                        lhs: Box::new(prev),
+                        rhs: Box::new(c),
+                    },
+                    span,
+                )
+            }
+        });
+    }
+    let locals = lowerer.finish();
+    let placement = match point.kind {
+        hir::ProbeKind::Begin { .. }
+        | hir::ProbeKind::End { .. }
+        | hir::ProbeKind::Error { .. }
+        | hir::ProbeKind::Never
+        | hir::ProbeKind::HostTimer { .. } => hir::Placement::Host,
+        _ => hir::Placement::Kernel,
+    };
+    let mut context = point.context.vars.clone();
+    context.extend(point.context.ret.clone());
+    hir::Probe {
+        written: point.written,
+        resolved: point.resolved,
+        alias_chain: point.alias_chain,
+        kind: point.kind,
+        placement,
+        context,
+        locals,
+        condition,
+        body: hir::Block {
+            stmts,
+            span: body.span,
+        },
+        span: probe_span,
+    }
+}
+
+fn block_stmt(b: hir::Block) -> Stmt {
+    Stmt {
+        span: b.span,
+        kind: StmtKind::Block(b),
+    }
+}
+
+impl<'e, 'a> BodyLowerer<'e, 'a> {
+    fn new(elab: &'e mut Elaborator<'a>, ctx: Option<ProbeContext>) -> Self {
+        BodyLowerer {
+            elab,
+            locals: Vec::new(),
+            local_names: HashMap::new(),
+            assigned: Vec::new(),
+            first_read: Vec::new(),
+            ctx,
+            in_function: false,
+        }
+    }
+
+    pub fn error(&mut self, d: Diagnostic) {
+        self.elab.error(d);
+    }
+
+    fn new_local(&mut self, name: &str, span: Span) -> LocalId {
+        let id = LocalId(self.locals.len() as u32);
+        self.locals.push(Local {
+            name: name.to_string(),
+            ty: Type::Unknown,
+            span,
+        });
+        self.local_names.insert(name.to_string(), id);
+        self.assigned.push(false);
+        self.first_read.push(None);
+        id
+    }
+
+    /// Reports locals that are read but never given a value: in stap those
+    /// are almost always a misspelt global or variable.
+    fn finish(self) -> Vec<Local> {
+        let BodyLowerer {
+            elab,
+            locals,
+            assigned,
+            first_read,
+            local_names,
+            ..
+        } = self;
+        let mut candidates: Vec<String> = elab.global_names();
+        candidates.extend(local_names.keys().cloned());
+        candidates.sort();
+        for (i, local) in locals.iter().enumerate() {
+            if let (false, Some(span)) = (assigned[i], first_read[i]) {
+                elab.error(
+                    Diagnostic::error(format!("unknown variable `{}`", local.name))
+                        .at(span, "never assigned, and not a global")
+                        .suggest(
+                            &local.name,
+                            candidates
+                                .iter()
+                                .map(String::as_str)
+                                .filter(|c| *c != local.name),
+                        ),
+                );
+            }
+        }
+        locals
+    }
+
+    /// Resolves a plain name: a local, else a global, else a new local.
+    fn var(&mut self, name: &str, span: Span, write: bool) -> ExprKind {
+        let id = match self.local_names.get(name) {
+            Some(id) => *id,
+            None => match self.elab.lookup_global(name, span) {
+                Some(g) => {
+                    self.note_arity(g, 0, span);
+                    return ExprKind::Global(g);
+                }
+                None => self.new_local(name, span),
+            },
+        };
+        if write {
+            self.assigned[id.0 as usize] = true;
+        } else {
+            self.first_read[id.0 as usize].get_or_insert(span);
+        }
+        ExprKind::Local(id)
+    }
+
+    /// A local that a construct binds (foreach keys): never a global.
+    fn binding(&mut self, name: &ast::Ident) -> LocalId {
+        let id = match self.local_names.get(&name.node) {
+            Some(id) => *id,
+            None => self.new_local(&name.node, name.span),
+        };
+        self.assigned[id.0 as usize] = true;
+        id
+    }
+
+    /// Checks that every use of a global agrees on scalar vs array and on
+    /// the number of keys.
+    fn note_arity(&mut self, g: GlobalId, keys: usize, span: Span) {
+        let entry = &mut self.elab.globals[g.0 as usize];
+        let name = entry.hir.name.clone();
+        let declared_array = entry.hir.is_array;
+        let decl_span = entry.hir.span;
+        match entry.arity {
+            None if declared_array && keys == 0 => {
+                self.error(
+                    Diagnostic::error(format!("array `{name}` used as a scalar"))
+                        .at(span, "used without an index")
+                        .also(decl_span, "declared as an array here"),
+                );
+            }
+            None => {
+                entry.arity = Some((keys, span));
+                entry.hir.is_array = keys > 0;
+            }
+            Some((n, _)) if n == keys => {}
+            Some((n, first)) => {
+                let d = match (n, keys) {
+                    (0, _) => Diagnostic::error(format!("scalar `{name}` used as an array"))
+                        .at(span, "indexed here")
+                        .also(first, "used as a scalar here"),
+                    (_, 0) => Diagnostic::error(format!("array `{name}` used as a scalar"))
+                        .at(span, "used without an index")
+                        .also(first, "used as an array here"),
+                    _ => Diagnostic::error(format!(
+                        "array `{name}` indexed with {keys} key(s) here but {n} elsewhere"
+                    ))
+                    .at(span, format!("{keys} key(s)"))
+                    .also(first, format!("{n} key(s) here")),
+                };
+                self.error(d);
+            }
+        }
+    }
+
+    /// The global an array name refers to.
+    fn array(&mut self, name: &ast::Ident, keys: usize) -> Option<GlobalId> {
+        if self.local_names.contains_key(&name.node) {
+            self.error(
+                Diagnostic::error(format!("`{}` is a local variable, not an array", name.node))
+                    .at(name.span, "used as an array")
+                    .note("help: arrays must be declared with `global`"),
+            );
+            return None;
+        }
+        match self.elab.lookup_global(&name.node, name.span) {
+            Some(g) => {
+                if keys > 0 {
+                    self.note_arity(g, keys, name.span);
+                } else if let Some((0, first)) = self.elab.globals[g.0 as usize].arity {
+                    self.error(
+                        Diagnostic::error(format!("scalar `{}` used as an array", name.node))
+                            .at(name.span, "iterated or tested as an array")
+                            .also(first, "used as a scalar here"),
+                    );
+                } else {
+                    self.elab.globals[g.0 as usize].hir.is_array = true;
+                }
+                Some(g)
+            }
+            None => {
+                let names = self.elab.global_names();
+                self.error(
+                    Diagnostic::error(format!("unknown array `{}`", name.node))
+                        .at(name.span, "not a declared global")
+                        .note("help: declare it with `global`")
+                        .suggest(&name.node, names.iter().map(String::as_str)),
+                );
+                None
+            }
+        }
+    }
+
+    pub fn block(&mut self, b: &ast::Block) -> hir::Block {
+        hir::Block {
+            stmts: b.stmts.iter().map(|s| self.stmt(s)).collect(),
+            span: b.span,
+        }
+    }
+
+    fn boxed(&mut self, s: &ast::Stmt) -> Box<Stmt> {
+        Box::new(self.stmt(s))
+    }
+
+    fn stmt(&mut self, s: &ast::Stmt) -> Stmt {
+        use ast::StmtKind as A;
+        let kind = match &s.kind {
+            A::Block(b) => StmtKind::Block(self.block(b)),
+            A::Expr(e) => StmtKind::Expr(self.expr(e)),
+            A::If {
+                cond,
+                then,
+                otherwise,
+            } => StmtKind::If {
+                cond: self.expr(cond),
+                then: self.boxed(then),
+                otherwise: otherwise.as_ref().map(|o| self.boxed(o)),
+            },
+            A::While { cond, body } => StmtKind::While {
+                cond: self.expr(cond),
+                body: self.boxed(body),
+            },
+            A::For {
+                init,
+                cond,
+                step,
+                body,
+            } => StmtKind::For {
+                init: init.as_ref().map(|e| self.expr(e)),
+                cond: cond.as_ref().map(|e| self.expr(e)),
+                step: step.as_ref().map(|e| self.expr(e)),
+                body: self.boxed(body),
+            },
+            A::Foreach(f) => match self.foreach(f) {
+                Some(f) => StmtKind::Foreach(Box::new(f)),
+                None => StmtKind::Empty,
+            },
+            A::Break => StmtKind::Break,
+            A::Continue => StmtKind::Continue,
+            A::Next => {
+                if self.in_function {
+                    self.error(
+                        Diagnostic::error("`next` outside a probe")
+                            .at(s.span, "only probes can use `next`"),
+                    );
+                }
+                StmtKind::Next
+            }
+            A::Return(value) => {
+                if !self.in_function && value.is_some() {
+                    self.error(
+                        Diagnostic::error("a probe cannot return a value")
+                            .at(s.span, "`return` with a value in a probe")
+                            .note("help: use `next` to leave a probe"),
+                    );
+                }
+                StmtKind::Return(value.as_ref().map(|e| self.expr(e)))
+            }
+            A::Delete(target) => match self.delete(target) {
+                Some(d) => StmtKind::Delete(d),
+                None => StmtKind::Empty,
+            },
+            A::Empty => StmtKind::Empty,
+            A::EmbeddedC => {
+                self.error(Diagnostic::unsupported(
+                    "embedded C (`%{ %}`) in a statement",
+                    s.span,
+                ));
+                StmtKind::Empty
+            }
+        };
+        Stmt { kind, span: s.span }
+    }
+
+    fn foreach(&mut self, f: &ast::Foreach) -> Option<hir::Foreach> {
+        let global = self.array(&f.array, f.keys.len())?;
+        let value = f.value.as_ref().map(|v| self.binding(v));
+        let keys = f.keys.iter().map(|(k, _)| self.binding(k)).collect();
+        let key_sort = f.keys.iter().map(|(_, s)| *s).collect();
+        let limit = f.limit.as_ref().map(|e| self.expr(e));
+        let body = self.stmt(&f.body);
+        Some(hir::Foreach {
+            global,
+            value,
+            keys,
+            key_sort,
+            value_sort: f.value_sort,
+            aggregate: f.aggregate.as_ref().map(|a| a.node),
+            limit,
+            body,
+        })
+    }
+
+    fn delete(&mut self, target: &ast::Expr) -> Option<hir::Delete> {
+        match &target.kind {
+            ast::ExprKind::Var(name) => {
+                if let Some(id) = self.local_names.get(name) {
+                    return Some(hir::Delete::Local(*id));
+                }
+                match self.elab.lookup_global(name, target.span) {
+                    Some(g) => Some(hir::Delete::Global(g)),
+                    None => {
+                        let names = self.elab.global_names();
+                        self.error(
+                            Diagnostic::error(format!("unknown variable `{name}`"))
+                                .at(target.span, "nothing to delete")
+                                .suggest(name, names.iter().map(String::as_str)),
+                        );
+                        None
+                    }
+                }
+            }
+            ast::ExprKind::Index { array, keys } => {
+                let global = self.array(array, keys.len())?;
+                let keys = keys.iter().map(|k| self.expr(k)).collect();
+                Some(hir::Delete::Element { global, keys })
+            }
+            ast::ExprKind::Error => None,
+            _ => {
+                self.error(
+                    Diagnostic::error("`delete` needs a variable, an array or an array element")
+                        .at(target.span, "cannot delete this"),
+                );
+                None
+            }
+        }
+    }
+
+    fn boxed_expr(&mut self, e: &ast::Expr) -> Box<Expr> {
+        Box::new(self.expr(e))
+    }
+
+    /// An assignment target (or `++`/`<<<` operand).
+    fn lvalue(&mut self, e: &ast::Expr) -> Expr {
+        match &e.kind {
+            ast::ExprKind::Var(name) => expr(self.var(name, e.span, true), e.span),
+            ast::ExprKind::Index { .. } => self.expr(e),
+            ast::ExprKind::Context(_)
+            | ast::ExprKind::Member { .. }
+            | ast::ExprKind::Cast { .. }
+            | ast::ExprKind::AtVar(_) => {
+                self.error(Diagnostic::unsupported(
+                    "writing to kernel memory (guru mode)",
+                    e.span,
+                ));
+                invalid(e.span)
+            }
+            ast::ExprKind::Error => invalid(e.span),
+            _ => {
+                self.error(
+                    Diagnostic::error("cannot assign to this expression")
+                        .at(e.span, "not a variable"),
+                );
+                invalid(e.span)
+            }
+        }
+    }
+
+    pub fn expr(&mut self, e: &ast::Expr) -> Expr {
+        use ast::ExprKind as A;
+        let span = e.span;
+        let kind = match &e.kind {
+            A::Literal(ast::Literal::Number(n)) => ExprKind::Long(*n),
+            A::Literal(ast::Literal::String(s)) => ExprKind::Str(s.clone()),
+            A::Var(name) => self.var(name, span, false),
+            A::Index { array, keys } => {
+                let keys: Vec<Expr> = keys.iter().map(|k| self.expr(k)).collect();
+                match self.array(array, keys.len()) {
+                    Some(global) => ExprKind::Index { global, keys },
+                    None => ExprKind::Invalid,
+                }
+            }
+            A::Context(_) | A::Member { .. } | A::Cast { .. } | A::AtVar(_) | A::AddressOf(_) => {
+                return self.context_expr(e);
+            }
+            A::Call { name, args } => return self.call(name, args, span),
+            A::Stat { op, operand, args } => ExprKind::Stat {
+                op: *op,
+                operand: self.boxed_expr(operand),
+                args: args.iter().map(|a| self.expr(a)).collect(),
+            },
+            A::Entry(inner) => {
+                let allowed = self.ctx.as_ref().is_some_and(|c| c.is_return);
+                if !allowed {
+                    self.error(
+                        Diagnostic::error("@entry is only available in .return probes")
+                            .at(span, "not in a .return probe"),
+                    );
+                    return invalid(span);
+                }
+                ExprKind::Entry(self.boxed_expr(inner))
+            }
+            A::Defined(inner) => ExprKind::Long(i64::from(self.is_defined(inner))),
+            A::ChooseDefined(a, b) => {
+                let pick = if self.is_defined(a) { a } else { b };
+                return self.expr(pick);
+            }
+            A::Unary { op, operand } => ExprKind::Unary {
+                op: *op,
+                operand: self.boxed_expr(operand),
+            },
+            A::Binary { op, lhs, rhs } => ExprKind::Binary {
+                op: *op,
+                lhs: self.boxed_expr(lhs),
+                rhs: self.boxed_expr(rhs),
+            },
+            A::Assign { op, target, value } => {
+                // Compound assignments also read the target.
+                if *op != ast::AssignOp::Set
+                    && let A::Var(name) = &target.kind
+                {
+                    self.var(name, target.span, false);
+                }
+                let value = self.boxed_expr(value);
+                ExprKind::Assign {
+                    op: *op,
+                    target: Box::new(self.lvalue(target)),
+                    value,
+                }
+            }
+            A::Crement {
+                increment,
+                prefix,
+                target,
+            } => ExprKind::Crement {
+                increment: *increment,
+                prefix: *prefix,
+                target: Box::new(self.lvalue(target)),
+            },
+            A::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => ExprKind::Ternary {
+                cond: self.boxed_expr(cond),
+                then: self.boxed_expr(then),
+                otherwise: self.boxed_expr(otherwise),
+            },
+            A::In { keys, array } => {
+                let keys: Vec<Expr> = keys.iter().map(|k| self.expr(k)).collect();
+                match self.array(array, keys.len()) {
+                    Some(global) => ExprKind::In { keys, global },
+                    None => ExprKind::Invalid,
+                }
+            }
+            A::Regex {
+                negated,
+                subject,
+                pattern,
+            } => ExprKind::Regex {
+                negated: *negated,
+                subject: self.boxed_expr(subject),
+                pattern: self.boxed_expr(pattern),
+            },
+            A::Error => ExprKind::Invalid,
+        };
+        expr(kind, span)
+    }
+
+    /// `@defined(e)`: whether `e` resolves, decided at compile time.
+    fn is_defined(&mut self, e: &ast::Expr) -> bool {
+        let before = self.elab.diags.len();
+        let lowered = self.expr(e);
+        let defined = self.elab.diags.len() == before && !matches!(lowered.kind, ExprKind::Invalid);
+        self.elab.diags.truncate(before);
+        defined
+    }
+
+    fn call(&mut self, name: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {
+        let lowered: Vec<Expr> = args.iter().map(|a| self.expr(a)).collect();
+        if let Some(function) = self.elab.lookup_function(&name.node, name.span) {
+            let f = self.elab.functions[function.0 as usize].ast;
+            if f.params.len() != lowered.len() {
+                self.error(
+                    Diagnostic::error(format!(
+                        "wrong number of arguments to `{}`: expected {}, found {}",
+                        name.node,
+                        f.params.len(),
+                        lowered.len()
+                    ))
+                    .at(span, format!("called with {} argument(s)", lowered.len()))
+                    .also(f.name.span, format!("defined as `{}`", signature(f))),
+                );
+                return invalid(span);
+            }
+            return expr(
+                ExprKind::Call {
+                    function,
+                    args: lowered,
+                },
+                span,
+            );
+        }
+        if let Some(builtin) = builtins::lookup(&name.node) {
+            let n = lowered.len();
+            if n < builtin.min_args() || builtin.max_args().is_some_and(|max| n > max) {
+                let expected = match builtin.max_args() {
+                    None => format!("at least {}", builtin.min_args()),
+                    Some(max) if max == builtin.min_args() => max.to_string(),
+                    Some(max) => format!("{} to {max}", builtin.min_args()),
+                };
+                self.error(
+                    Diagnostic::error(format!(
+                        "wrong number of arguments to `{}`: expected {expected}, found {n}",
+                        name.node
+                    ))
+                    .at(span, format!("called with {n} argument(s)"))
+                    .note(format!(
+                        "`{}` is a builtin: {}",
+                        builtin_signature(builtin),
+                        builtin.doc
+                    )),
+                );
+                return invalid(span);
+            }
+            return expr(
+                ExprKind::Builtin {
+                    name: name.node.clone(),
+                    args: lowered,
+                },
+                span,
+            );
+        }
+        let mut candidates = self.elab.function_names();
+        candidates.extend(builtins::all().iter().map(|b| b.name.to_string()));
+        self.error(
+            Diagnostic::error(format!("unknown function `{}`", name.node))
+                .at(
+                    name.span,
+                    "not a function of the script, the tapsets or the builtins",
+                )
+                .suggest(&name.node, candidates.iter().map(String::as_str)),
+        );
+        invalid(span)
+    }
+}

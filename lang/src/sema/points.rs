@@ -1,0 +1,868 @@
+//! Probe point resolution: brace sets, wildcards, aliases (with their
+//! prologues and epilogues), `?` and `!`, and each family's arguments,
+//! checked against the kernel's tracepoints and functions.
+
+use super::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, ProcessTarget};
+use super::symbols::Elaborator;
+use crate::ast::{self, Literal, PointComponent};
+use crate::diag::Diagnostic;
+use crate::kernel::{FactsError, FunctionProto, Tracepoint, TracepointArgs};
+use crate::source::Span;
+
+/// One probe point with brace sets expanded: `name(arg)` components.
+#[derive(Debug, Clone)]
+struct Component {
+    name: String,
+    arg: Option<Literal>,
+    span: Span,
+}
+
+/// What a probe body may read: the context variables of its point.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProbeContext {
+    /// The family, for "not available in begin probes".
+    pub family: &'static str,
+    pub vars: Vec<ContextVar>,
+    /// `$return` in a `.return` probe (`None` elsewhere, or for `void`).
+    pub ret: Option<ContextVar>,
+    pub is_return: bool,
+    /// Uprobes: variables would need the binary's DWARF.
+    pub needs_dwarf: bool,
+}
+
+/// One concrete point a probe body gets attached to.
+pub(crate) struct ResolvedPoint<'a> {
+    pub written: String,
+    pub resolved: String,
+    pub alias_chain: Vec<String>,
+    pub kind: ProbeKind,
+    pub context: ProbeContext,
+    /// Innermost alias first: they run in this order before the body.
+    pub prologues: Vec<&'a ast::Block>,
+    /// Outermost alias first: they run in this order after the body.
+    pub epilogues: Vec<&'a ast::Block>,
+    pub conditions: Vec<&'a ast::Expr>,
+    /// `oneshot`: the body ends with `exit()`.
+    pub oneshot: bool,
+    pub span: Span,
+}
+
+/// The families, for "did you mean" on an unknown point.
+const FAMILIES: &[&str] = &[
+    "begin",
+    "end",
+    "error",
+    "never",
+    "init",
+    "oneshot",
+    "kernel.trace",
+    "kernel.function",
+    "kernel.function.return",
+    "kernel.function.call",
+    "module.function",
+    "timer.s",
+    "timer.sec",
+    "timer.ms",
+    "timer.msec",
+    "timer.us",
+    "timer.usec",
+    "timer.ns",
+    "timer.nsec",
+    "timer.hz",
+    "timer.jiffies",
+    "timer.profile",
+    "perf.sw.cpu_clock",
+    "perf.sw.task_clock",
+    "perf.type.config",
+    "process.function",
+    "process.statement",
+];
+
+/// `fnmatch`-style matching with `*` and `?`.
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut backtrack: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            backtrack = Some((pi, ti));
+            pi += 1;
+        } else if let Some((bp, bt)) = backtrack {
+            pi = bp + 1;
+            ti = bt + 1;
+            backtrack = Some((bp, bt + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+fn has_wildcard(s: &str) -> bool {
+    s.contains('*') || s.contains('?')
+}
+
+fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+fn render(components: &[Component]) -> String {
+    let parts: Vec<String> = components
+        .iter()
+        .map(|c| match &c.arg {
+            None => c.name.clone(),
+            Some(Literal::Number(n)) => format!("{}({n})", c.name),
+            Some(Literal::String(s)) => format!("{}({})", c.name, quote(s)),
+        })
+        .collect();
+    parts.join(".")
+}
+
+/// Expands brace sets: `kernel.{function("a"),trace("b")}` gives two.
+fn expand(components: &[PointComponent]) -> Vec<Vec<Component>> {
+    let mut out: Vec<Vec<Component>> = vec![Vec::new()];
+    for c in components {
+        match c {
+            PointComponent::Named { name, arg } => {
+                for seq in &mut out {
+                    seq.push(Component {
+                        name: name.node.clone(),
+                        arg: arg.as_ref().map(|a| a.node.clone()),
+                        span: arg.as_ref().map_or(name.span, |a| name.span.to(a.span)),
+                    });
+                }
+            }
+            PointComponent::Alternatives(alts, _) => {
+                let mut next = Vec::new();
+                for prefix in &out {
+                    for alt in alts {
+                        for tail in expand(alt) {
+                            let mut seq = prefix.clone();
+                            seq.extend(tail);
+                            next.push(seq);
+                        }
+                    }
+                }
+                out = next;
+            }
+        }
+    }
+    out
+}
+
+fn facts_error(e: FactsError, span: Span) -> Diagnostic {
+    Diagnostic::error(format!("cannot read kernel facts: {e}")).at(span, "while resolving this")
+}
+
+fn number_arg(c: &Component, what: &str) -> Result<i64, Diagnostic> {
+    match &c.arg {
+        Some(Literal::Number(n)) => Ok(*n),
+        _ => Err(
+            Diagnostic::error(format!("`{what}` needs a number argument"))
+                .at(c.span, "expected `(N)`"),
+        ),
+    }
+}
+
+fn string_arg<'c>(c: &'c Component, what: &str) -> Result<&'c str, Diagnostic> {
+    match &c.arg {
+        Some(Literal::String(s)) => Ok(s),
+        _ => Err(
+            Diagnostic::error(format!("`{what}` needs a string argument"))
+                .at(c.span, "expected `(\"...\")`"),
+        ),
+    }
+}
+
+fn no_arg(c: &Component) -> Result<(), Diagnostic> {
+    match c.arg {
+        None => Ok(()),
+        Some(_) => Err(Diagnostic::error(format!("`{}` takes no argument", c.name))
+            .at(c.span, "unexpected argument")),
+    }
+}
+
+fn positive(n: i64, c: &Component) -> Result<u64, Diagnostic> {
+    u64::try_from(n)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Diagnostic::error("the period must be positive").at(c.span, "here"))
+}
+
+fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -> ProbeContext {
+    let vars = match &tp.args {
+        TracepointArgs::Raw(params) => params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ContextVar {
+                name: p.name.clone(),
+                ty: p.ty,
+                type_name: facts.type_name(p.ty),
+                source: ContextSource::TracepointArg(i as u32),
+            })
+            .collect(),
+        TracepointArgs::Classic(fields) => fields
+            .iter()
+            .map(|f| ContextVar {
+                name: f.name.clone(),
+                ty: f.ty,
+                type_name: facts.type_name(f.ty),
+                source: ContextSource::ClassicField {
+                    offset: f.offset,
+                    size: f.size,
+                },
+            })
+            .collect(),
+    };
+    ProbeContext {
+        family: "kernel.trace",
+        vars,
+        ..ProbeContext::default()
+    }
+}
+
+fn function_context(
+    proto: &FunctionProto,
+    is_return: bool,
+    facts: &dyn crate::kernel::KernelFacts,
+) -> ProbeContext {
+    let vars = proto
+        .params
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ContextVar {
+            name: p.name.clone(),
+            ty: p.ty,
+            type_name: facts.type_name(p.ty),
+            source: ContextSource::FunctionParam(i as u32),
+        })
+        .collect();
+    let ret = proto.ret.filter(|_| is_return).map(|ty| ContextVar {
+        name: "return".to_string(),
+        ty,
+        type_name: facts.type_name(ty),
+        source: ContextSource::Return,
+    });
+    ProbeContext {
+        family: "kernel.function",
+        vars,
+        ret,
+        is_return,
+        needs_dwarf: false,
+    }
+}
+
+/// A point of a family without context variables.
+fn plain(
+    kind: ProbeKind,
+    family: &'static str,
+    resolved: String,
+    span: Span,
+) -> ResolvedPoint<'static> {
+    ResolvedPoint {
+        written: String::new(),
+        resolved,
+        alias_chain: Vec::new(),
+        kind,
+        context: ProbeContext {
+            family,
+            ..ProbeContext::default()
+        },
+        prologues: Vec::new(),
+        epilogues: Vec::new(),
+        conditions: Vec::new(),
+        oneshot: false,
+        span,
+    }
+}
+
+fn with_context(mut p: ResolvedPoint<'static>, context: ProbeContext) -> ResolvedPoint<'static> {
+    p.context = context;
+    p
+}
+
+fn needs_dwarf(what: &str, span: Span) -> Diagnostic {
+    Diagnostic::unsupported(format!("{what} (needs kernel DWARF)"), span)
+}
+
+impl<'a> Elaborator<'a> {
+    /// Resolves every point of a user probe. Failures of `?`/`!` points are
+    /// skipped; the others are reported.
+    pub fn resolve_probe_points(
+        &mut self,
+        points: &'a [ast::ProbePoint],
+    ) -> Vec<ResolvedPoint<'a>> {
+        let mut chain = Vec::new();
+        let (resolved, errors) = self.resolve_list(points, &mut chain, true);
+        self.diags.extend(errors);
+        resolved
+    }
+
+    /// Resolves a list of points in order, honouring `?` and `!`.
+    /// `top` records the written text of each point on its results.
+    fn resolve_list(
+        &mut self,
+        points: &'a [ast::ProbePoint],
+        chain: &mut Vec<String>,
+        top: bool,
+    ) -> (Vec<ResolvedPoint<'a>>, Vec<Diagnostic>) {
+        let mut out = Vec::new();
+        let mut errors = Vec::new();
+        for point in points {
+            let optional = point.optional || point.sufficient;
+            let mut found = Vec::new();
+            for alternative in expand(&point.components) {
+                match self.resolve_one(&alternative, point.span, chain) {
+                    Ok(mut resolved) => {
+                        for r in &mut resolved {
+                            if top {
+                                r.written = render(&alternative);
+                            }
+                            if let Some(cond) = &point.condition {
+                                r.conditions.push(cond);
+                            }
+                        }
+                        found.extend(resolved);
+                    }
+                    Err(e) if !optional => errors.push(e),
+                    Err(_) => {}
+                }
+            }
+            let resolved_any = !found.is_empty();
+            out.extend(found);
+            if point.sufficient && resolved_any {
+                break;
+            }
+        }
+        (out, errors)
+    }
+
+    fn resolve_one(
+        &mut self,
+        comps: &[Component],
+        span: Span,
+        chain: &mut Vec<String>,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        if let Some(builtin) = self.resolve_family(comps, span)? {
+            return Ok(builtin);
+        }
+        if comps.iter().all(|c| c.arg.is_none()) {
+            let pattern: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+            let matches = |name: &str| {
+                let parts: Vec<&str> = name.split('.').collect();
+                parts.len() == pattern.len()
+                    && parts.iter().zip(&pattern).all(|(n, p)| glob_match(p, n))
+            };
+            self.pull_aliases(matches);
+            let aliases: Vec<(String, &'a ast::ProbeAlias)> = self
+                .aliases
+                .iter()
+                .filter(|a| matches(&a.name))
+                .map(|a| (a.name.clone(), a.ast))
+                .collect();
+            if !aliases.is_empty() {
+                return self.expand_aliases(aliases, span, chain);
+            }
+        }
+        let written = render(comps);
+        let dotted: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let dotted = dotted.join(".");
+        let mut candidates: Vec<String> = FAMILIES.iter().map(|s| s.to_string()).collect();
+        candidates.extend(self.all_alias_names());
+        Err(
+            Diagnostic::error(format!("unknown probe point `{written}`"))
+                .at(span, "no probe family or alias matches this")
+                .suggest(&dotted, candidates.iter().map(String::as_str)),
+        )
+    }
+
+    fn expand_aliases(
+        &mut self,
+        aliases: Vec<(String, &'a ast::ProbeAlias)>,
+        span: Span,
+        chain: &mut Vec<String>,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let mut out = Vec::new();
+        for (name, alias) in aliases {
+            if chain.contains(&name) {
+                return Err(Diagnostic::error(format!("recursive probe alias `{name}`"))
+                    .at(span, "used here")
+                    .also(alias.span, "the alias refers back to itself")
+                    .note(format!("expansion: {} -> {name}", chain.join(" -> "))));
+            }
+            chain.push(name.clone());
+            let (resolved, errors) = self.resolve_list(&alias.points, chain, false);
+            chain.pop();
+            if let Some(first) = errors.into_iter().next() {
+                return Err(first
+                    .also(span, format!("while expanding alias `{name}` used here"))
+                    .note(format!("in probe alias `{name}`")));
+            }
+            for mut r in resolved {
+                r.alias_chain.insert(0, name.clone());
+                if alias.epilogue {
+                    r.epilogues.insert(0, &alias.body);
+                } else {
+                    r.prologues.push(&alias.body);
+                }
+                r.span = span;
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The built-in families. `Ok(None)`: not one of them (maybe an alias).
+    fn resolve_family(
+        &mut self,
+        comps: &[Component],
+        span: Span,
+    ) -> Result<Option<Vec<ResolvedPoint<'a>>>, Diagnostic> {
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let order = |c: &Component| -> Result<i64, Diagnostic> {
+            match c.arg {
+                None => Ok(0),
+                Some(_) => number_arg(c, &c.name),
+            }
+        };
+        let one = |p: ResolvedPoint<'static>| Ok(Some(vec![p]));
+        match names.as_slice() {
+            ["begin"] | ["init"] => {
+                let order = order(&comps[0])?;
+                let text = render(comps);
+                one(plain(ProbeKind::Begin { order }, "begin", text, span))
+            }
+            ["oneshot"] => {
+                no_arg(&comps[0])?;
+                let mut p = plain(
+                    ProbeKind::Begin { order: 0 },
+                    "begin",
+                    "oneshot".into(),
+                    span,
+                );
+                p.oneshot = true;
+                one(p)
+            }
+            ["end"] => {
+                let order = order(&comps[0])?;
+                one(plain(ProbeKind::End { order }, "end", render(comps), span))
+            }
+            ["error"] => {
+                let order = order(&comps[0])?;
+                one(plain(
+                    ProbeKind::Error { order },
+                    "error",
+                    render(comps),
+                    span,
+                ))
+            }
+            ["never"] => {
+                no_arg(&comps[0])?;
+                one(plain(ProbeKind::Never, "never", "never".into(), span))
+            }
+            ["kernel", "trace"] => {
+                no_arg(&comps[0])?;
+                let spec = string_arg(&comps[1], "kernel.trace")?;
+                self.resolve_tracepoints(spec, comps[1].span).map(Some)
+            }
+            ["kernel", "function", rest @ ..] | ["module", "function", rest @ ..] => {
+                let module = if names[0] == "module" {
+                    Some(string_arg(&comps[0], "module")?.to_string())
+                } else {
+                    no_arg(&comps[0])?;
+                    None
+                };
+                let spec = string_arg(&comps[1], "kernel.function")?;
+                let is_return = match rest {
+                    [] | ["call"] => false,
+                    ["return"] => true,
+                    ["inline"] => {
+                        return Err(needs_dwarf(".inline probes", comps[2].span));
+                    }
+                    _ => {
+                        return Err(Diagnostic::error(format!(
+                            "unknown suffix `.{}` on kernel.function",
+                            rest.join(".")
+                        ))
+                        .at(span, "expected `.call` or `.return`"));
+                    }
+                };
+                self.resolve_functions(module, spec, is_return, comps[1].span)
+                    .map(Some)
+            }
+            ["kernel", "statement", ..] | ["module", "statement", ..] => {
+                Err(needs_dwarf("kernel.statement probes", span))
+            }
+            ["timer", "profile"] => {
+                no_arg(&comps[1])?;
+                let text = "timer.profile".to_string();
+                one(plain(ProbeKind::TimerProfile, "timer.profile", text, span))
+            }
+            ["timer", unit] | ["timer", unit, "randomize"] => {
+                let Some(scale) = timer_unit_ns(unit, self.facts) else {
+                    return Err(Diagnostic::error(format!("unknown timer unit `{unit}`"))
+                        .at(comps[1].span, "unknown unit")
+                        .suggest(
+                            unit,
+                            [
+                                "s", "sec", "ms", "msec", "us", "usec", "ns", "nsec", "hz",
+                                "jiffies", "profile",
+                            ],
+                        ));
+                };
+                let n = positive(number_arg(&comps[1], "timer")?, &comps[1])?;
+                let period_ns = scale.period(n);
+                let randomize_ns = match comps.get(2) {
+                    Some(c) => scale.period(positive(number_arg(c, "randomize")?, c)?),
+                    None => 0,
+                };
+                let kind = ProbeKind::HostTimer {
+                    period_ns,
+                    randomize_ns,
+                };
+                one(plain(kind, "timer", render(comps), span))
+            }
+            ["perf", ..] => self.resolve_perf(comps, span).map(|p| Some(vec![p])),
+            ["process", rest @ ..] => {
+                let path = string_arg(&comps[0], "process")?.to_string();
+                let (target, is_return) = match rest {
+                    ["function"] | ["function", "call"] => (
+                        ProcessTarget::Function(string_arg(&comps[1], "function")?.into()),
+                        false,
+                    ),
+                    ["function", "return"] => (
+                        ProcessTarget::Function(string_arg(&comps[1], "function")?.into()),
+                        true,
+                    ),
+                    ["statement"] => (
+                        ProcessTarget::Statement(string_arg(&comps[1], "statement")?.into()),
+                        false,
+                    ),
+                    _ => {
+                        return Err(Diagnostic::error(format!(
+                            "unknown process probe `{}`",
+                            render(comps)
+                        ))
+                        .at(
+                            span,
+                            "expected `.function(\"f\")[.return]` or `.statement(\"...\")`",
+                        ));
+                    }
+                };
+                let kind = ProbeKind::Process {
+                    path,
+                    target,
+                    is_return,
+                };
+                let context = ProbeContext {
+                    family: "process",
+                    is_return,
+                    needs_dwarf: true,
+                    ..ProbeContext::default()
+                };
+                one(with_context(
+                    plain(kind, "process", render(comps), span),
+                    context,
+                ))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn resolve_tracepoints(
+        &mut self,
+        spec: &str,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let (system, name) = match spec.split_once(':') {
+            Some((s, n)) => (Some(s), n),
+            None => (None, spec),
+        };
+        let facts = self.facts;
+        let mut matches: Vec<(Option<String>, String)> = Vec::new();
+        if has_wildcard(spec) {
+            let mut all = facts.tracepoint_names().map_err(|e| facts_error(e, span))?;
+            all.sort();
+            for (s, n) in all {
+                if system.is_none_or(|sys| glob_match(sys, &s)) && glob_match(name, &n) {
+                    matches.push((Some(s), n));
+                }
+            }
+        } else {
+            matches.push((system.map(str::to_string), name.to_string()));
+        }
+        let mut out = Vec::new();
+        for (s, n) in matches {
+            let tp = facts
+                .tracepoint(s.as_deref(), &n)
+                .map_err(|e| facts_error(e, span))?;
+            if let Some(tp) = tp {
+                let context = tracepoint_context(&tp, facts);
+                let resolved = format!(
+                    "kernel.trace({})",
+                    quote(&format!("{}:{}", tp.system, tp.name))
+                );
+                let kind = ProbeKind::Tracepoint {
+                    system: tp.system,
+                    name: tp.name,
+                    args: tp.args,
+                };
+                out.push(with_context(
+                    plain(kind, "kernel.trace", resolved, span),
+                    context,
+                ));
+            }
+        }
+        if out.is_empty() {
+            let names = facts.tracepoint_names().unwrap_or_default();
+            let candidates: Vec<String> = names
+                .iter()
+                .map(|(s, n)| {
+                    if system.is_some() {
+                        format!("{s}:{n}")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect();
+            let what = if has_wildcard(spec) {
+                "no tracepoint matches"
+            } else {
+                "unknown tracepoint"
+            };
+            return Err(Diagnostic::error(format!("{what} `{spec}`"))
+                .at(span, "not a tracepoint of this kernel")
+                .suggest(spec, candidates.iter().map(String::as_str)));
+        }
+        Ok(out)
+    }
+
+    fn resolve_functions(
+        &mut self,
+        module: Option<String>,
+        spec: &str,
+        is_return: bool,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        if spec.contains('@') {
+            return Err(needs_dwarf(
+                format!("kernel.function(\"{spec}\"): source file and line selectors").as_str(),
+                span,
+            ));
+        }
+        let facts = self.facts;
+        let names: Vec<String> = if has_wildcard(spec) {
+            let mut all = facts.function_names().map_err(|e| facts_error(e, span))?;
+            all.sort();
+            all.retain(|n| glob_match(spec, n));
+            all
+        } else {
+            vec![spec.to_string()]
+        };
+        let mut protos = Vec::new();
+        for n in &names {
+            if let Some(proto) = facts.function(n).map_err(|e| facts_error(e, span))?
+                && (module.is_none() || proto.module == module)
+            {
+                protos.push(proto);
+            }
+        }
+        if protos.is_empty() {
+            let all = facts.function_names().unwrap_or_default();
+            let what = if has_wildcard(spec) {
+                "no kernel function matches"
+            } else {
+                "unknown kernel function"
+            };
+            let place = module
+                .as_deref()
+                .map_or(String::new(), |m| format!(" in module `{m}`"));
+            return Err(Diagnostic::error(format!("{what} `{spec}`{place}"))
+                .at(
+                    span,
+                    "not a traceable function of this kernel (no BTF record)",
+                )
+                .suggest(spec, all.iter().map(String::as_str)));
+        }
+        let mechanisms = facts.mechanisms();
+        let mechanism = if mechanisms.fentry {
+            FunctionMechanism::Fentry
+        } else if mechanisms.kprobes {
+            FunctionMechanism::Kprobe
+        } else {
+            let suffix = if is_return { ".return" } else { "" };
+            return Err(Diagnostic::error(format!(
+                "kernel.function(\"{spec}\"){suffix} cannot be probed on this kernel"
+            ))
+            .at(span, "needs fentry/fexit or kprobes")
+            .note("this kernel allows neither fentry/fexit programs nor kprobes (CONFIG_KPROBES is not set, or BPF tracing programs are refused)")
+            .note("help: use a tracepoint (`kernel.trace(\"...\")`) instead, or add `?` to skip this probe"));
+        };
+        let mut out = Vec::new();
+        for proto in protos {
+            let context = function_context(&proto, is_return, facts);
+            let resolved = format!(
+                "{}function({}){}",
+                proto
+                    .module
+                    .as_deref()
+                    .map_or("kernel.".to_string(), |m| format!("module({}).", quote(m))),
+                quote(&proto.name),
+                if is_return { ".return" } else { ".call" }
+            );
+            let kind = ProbeKind::KernelFunction {
+                name: proto.name.clone(),
+                is_return,
+                module: proto.module.clone(),
+                proto,
+                mechanism,
+            };
+            out.push(with_context(
+                plain(kind, "kernel.function", resolved, span),
+                context,
+            ));
+        }
+        Ok(out)
+    }
+
+    fn resolve_perf(
+        &mut self,
+        comps: &[Component],
+        span: Span,
+    ) -> Result<ResolvedPoint<'a>, Diagnostic> {
+        const DEFAULT_PERIOD: u64 = 1_000_000;
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let (perf_type, config, event, rest) = match names.as_slice() {
+            ["perf", "type", "config", rest @ ..] => {
+                let t = number_arg(&comps[1], "perf.type")?;
+                let c = number_arg(&comps[2], "config")?;
+                (t as u32, c as u64, format!("type({t}).config({c})"), rest)
+            }
+            ["perf", class @ ("sw" | "hw"), event, rest @ ..] => {
+                let table: &[&str] = if *class == "sw" { SW_EVENTS } else { HW_EVENTS };
+                let Some(config) = table.iter().position(|e| e == event) else {
+                    return Err(Diagnostic::error(format!(
+                        "unknown perf event `perf.{class}.{event}`"
+                    ))
+                    .at(comps[2].span, "unknown event")
+                    .suggest(event, table.iter().copied()));
+                };
+                let t = if *class == "sw" { 1 } else { 0 };
+                (t, config as u64, format!("{class}.{event}"), rest)
+            }
+            _ => {
+                return Err(
+                    Diagnostic::error(format!("unknown perf probe `{}`", render(comps))).at(
+                        span,
+                        "expected `perf.sw.EVENT`, `perf.hw.EVENT` or `perf.type(T).config(C)`",
+                    ),
+                );
+            }
+        };
+        let sample_period = match rest {
+            [] => DEFAULT_PERIOD,
+            ["sample"] => {
+                let c = &comps[comps.len() - 1];
+                positive(number_arg(c, "sample")?, c)?
+            }
+            _ => {
+                return Err(Diagnostic::error(format!(
+                    "unknown perf probe suffix in `{}`",
+                    render(comps)
+                ))
+                .at(span, "expected `.sample(N)`"));
+            }
+        };
+        let kind = ProbeKind::Perf {
+            perf_type,
+            config,
+            sample_period,
+            event,
+        };
+        Ok(plain(kind, "perf", render(comps), span))
+    }
+}
+
+/// `PERF_COUNT_SW_*`, in config order.
+const SW_EVENTS: &[&str] = &[
+    "cpu_clock",
+    "task_clock",
+    "page_faults",
+    "context_switches",
+    "cpu_migrations",
+    "page_faults_min",
+    "page_faults_maj",
+    "alignment_faults",
+    "emulation_faults",
+];
+
+/// `PERF_COUNT_HW_*`, in config order.
+const HW_EVENTS: &[&str] = &[
+    "cpu_cycles",
+    "instructions",
+    "cache_references",
+    "cache_misses",
+    "branch_instructions",
+    "branch_misses",
+    "bus_cycles",
+    "stalled_cycles_frontend",
+    "stalled_cycles_backend",
+    "ref_cpu_cycles",
+];
+
+/// How a timer unit turns `N` into nanoseconds.
+enum TimerScale {
+    /// Period = N * this.
+    Multiple(u64),
+    /// Period = this / N (`hz`).
+    PerSecond,
+}
+
+impl TimerScale {
+    fn period(&self, n: u64) -> u64 {
+        match self {
+            TimerScale::Multiple(ns) => n.saturating_mul(*ns),
+            TimerScale::PerSecond => 1_000_000_000 / n,
+        }
+    }
+}
+
+fn timer_unit_ns(unit: &str, facts: &dyn crate::kernel::KernelFacts) -> Option<TimerScale> {
+    Some(match unit {
+        "s" | "sec" => TimerScale::Multiple(1_000_000_000),
+        "ms" | "msec" => TimerScale::Multiple(1_000_000),
+        "us" | "usec" => TimerScale::Multiple(1_000),
+        "ns" | "nsec" => TimerScale::Multiple(1),
+        "hz" => TimerScale::PerSecond,
+        "jiffies" => {
+            // A jiffy is 1/CONFIG_HZ seconds; 250 is the common default.
+            let hz = facts
+                .config("CONFIG_HZ")
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|hz| *hz > 0)
+                .unwrap_or(250);
+            TimerScale::Multiple(1_000_000_000 / hz)
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("tcp_*", "tcp_sendmsg"));
+        assert!(glob_match("*", "x"));
+        assert!(glob_match("*skb", "kfree_skb"));
+        assert!(glob_match("k?ree_*", "kfree_skb"));
+        assert!(!glob_match("tcp_*", "udp_sendmsg"));
+        assert!(glob_match("a*b*c", "aXbYc"));
+        assert!(!glob_match("a*b*c", "aXbY"));
+    }
+}

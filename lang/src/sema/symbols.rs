@@ -1,0 +1,297 @@
+//! The symbol tables of elaboration: user definitions, and the tapset
+//! library pulled in file by file, only when something the program uses is
+//! defined there (stap's "tapset resolution").
+
+use super::hir::{self, GlobalId, Sides, Type};
+use crate::ast;
+use crate::diag::Diagnostic;
+use crate::kernel::KernelFacts;
+use crate::source::Span;
+use std::collections::HashMap;
+
+pub(crate) struct GlobalEntry {
+    pub hir: hir::Global,
+    /// Keys per use (0 for a scalar), with the first use that decided it.
+    pub arity: Option<(usize, Span)>,
+    /// Mentioned by some code (unused library globals are not checked).
+    pub referenced: bool,
+}
+
+pub(crate) struct FunctionEntry<'a> {
+    pub ast: &'a ast::Function,
+    pub from_tapset: bool,
+    /// Called from somewhere; tapset functions are lowered only then.
+    pub referenced: bool,
+    /// Filled in once the body has been lowered.
+    pub lowered: Option<hir::Function>,
+}
+
+pub(crate) struct AliasEntry<'a> {
+    /// The dotted name being defined (`tcp.sendmsg`).
+    pub name: String,
+    pub ast: &'a ast::ProbeAlias,
+}
+
+/// A probe waiting to be resolved and lowered.
+pub(crate) struct PendingProbe<'a> {
+    pub ast: &'a ast::Probe,
+}
+
+/// Where each tapset name is defined, so a use can pull in just that file.
+#[derive(Default)]
+struct TapsetIndex {
+    functions: HashMap<String, usize>,
+    globals: HashMap<String, usize>,
+    /// Alias names with their file; several files may extend one alias.
+    aliases: Vec<(String, usize)>,
+}
+
+pub(crate) struct Elaborator<'a> {
+    pub facts: &'a dyn KernelFacts,
+    pub diags: Vec<Diagnostic>,
+    tapsets: &'a [ast::File],
+    index: TapsetIndex,
+    pulled: Vec<bool>,
+    pub globals: Vec<GlobalEntry>,
+    global_names: HashMap<String, GlobalId>,
+    pub functions: Vec<FunctionEntry<'a>>,
+    function_names: HashMap<String, hir::FunctionId>,
+    pub aliases: Vec<AliasEntry<'a>>,
+    pub pending_probes: Vec<PendingProbe<'a>>,
+}
+
+/// The dotted name of an alias or a plain probe point (`tcp.sendmsg`), or
+/// `None` when it has arguments or brace sets.
+pub(crate) fn plain_point_name(point: &ast::ProbePoint) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in &point.components {
+        match c {
+            ast::PointComponent::Named { name, arg: None } => parts.push(name.node.as_str()),
+            _ => return None,
+        }
+    }
+    Some(parts.join("."))
+}
+
+impl<'a> Elaborator<'a> {
+    pub fn new(facts: &'a dyn KernelFacts, tapsets: &'a [ast::File]) -> Elaborator<'a> {
+        let mut index = TapsetIndex::default();
+        for (file_index, file) in tapsets.iter().enumerate() {
+            for item in &file.items {
+                match item {
+                    ast::Item::Function(f) => {
+                        index
+                            .functions
+                            .entry(f.name.node.clone())
+                            .or_insert(file_index);
+                    }
+                    ast::Item::Global(g) if !g.private => {
+                        index
+                            .globals
+                            .entry(g.name.node.clone())
+                            .or_insert(file_index);
+                    }
+                    ast::Item::Alias(a) => {
+                        for n in a.names.iter().filter_map(plain_point_name) {
+                            index.aliases.push((n, file_index));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Elaborator {
+            facts,
+            diags: Vec::new(),
+            tapsets,
+            index,
+            pulled: vec![false; tapsets.len()],
+            globals: Vec::new(),
+            global_names: HashMap::new(),
+            functions: Vec::new(),
+            function_names: HashMap::new(),
+            aliases: Vec::new(),
+            pending_probes: Vec::new(),
+        }
+    }
+
+    pub fn error(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    /// Registers every definition of one file.
+    pub fn add_file(&mut self, file: &'a ast::File, from_tapset: bool) {
+        for item in &file.items {
+            match item {
+                ast::Item::Global(g) => self.add_global(g, from_tapset),
+                ast::Item::Function(f) => self.add_function(f, from_tapset),
+                ast::Item::Probe(p) => self.pending_probes.push(PendingProbe { ast: p }),
+                ast::Item::Alias(a) => {
+                    for n in &a.names {
+                        match plain_point_name(n) {
+                            Some(name) => self.aliases.push(AliasEntry { name, ast: a }),
+                            None => self.error(
+                                Diagnostic::error("an alias name must be a plain dotted name")
+                                    .at(n.span, "has arguments or braces"),
+                            ),
+                        }
+                    }
+                }
+                ast::Item::EmbeddedC(span) => {
+                    self.error(Diagnostic::unsupported("embedded C (`%{ %}`)", *span))
+                }
+            }
+        }
+    }
+
+    fn add_global(&mut self, g: &'a ast::Global, from_tapset: bool) {
+        if let Some(&existing) = self.global_names.get(&g.name.node) {
+            let first = &self.globals[existing.0 as usize];
+            if from_tapset && !first.hir.from_tapset {
+                return; // the user's definition shadows the library's
+            }
+            let first_span = first.hir.span;
+            self.error(
+                Diagnostic::error(format!("duplicate global `{}`", g.name.node))
+                    .at(g.name.span, "defined again here")
+                    .also(first_span, "first defined here"),
+            );
+            return;
+        }
+        let init = g.init.as_ref().map(|l| match &l.node {
+            ast::Literal::Number(n) => hir::Constant::Long(*n),
+            ast::Literal::String(s) => hir::Constant::String(s.clone()),
+        });
+        let ty = match &init {
+            Some(hir::Constant::Long(_)) => Type::Long,
+            Some(hir::Constant::String(_)) => Type::String,
+            None => Type::Unknown,
+        };
+        let id = GlobalId(self.globals.len() as u32);
+        self.global_names.insert(g.name.node.clone(), id);
+        self.globals.push(GlobalEntry {
+            hir: hir::Global {
+                name: g.name.node.clone(),
+                ty,
+                keys: Vec::new(),
+                is_array: g.array || g.size.is_some(),
+                size: g.size,
+                wrap: g.wrap,
+                init,
+                private: g.private,
+                from_tapset,
+                used_by: Sides::default(),
+                span: g.name.span,
+            },
+            // An initial value makes it a scalar.
+            arity: g.init.as_ref().map(|_| (0, g.name.span)),
+            referenced: false,
+        });
+    }
+
+    fn add_function(&mut self, f: &'a ast::Function, from_tapset: bool) {
+        if let Some(&existing) = self.function_names.get(&f.name.node) {
+            let first = &self.functions[existing.0 as usize];
+            if from_tapset && !first.from_tapset {
+                return;
+            }
+            let first_span = first.ast.name.span;
+            self.error(
+                Diagnostic::error(format!("duplicate function `{}`", f.name.node))
+                    .at(f.name.span, "defined again here")
+                    .also(first_span, "first defined here"),
+            );
+            return;
+        }
+        let id = hir::FunctionId(self.functions.len() as u32);
+        self.function_names.insert(f.name.node.clone(), id);
+        self.functions.push(FunctionEntry {
+            ast: f,
+            from_tapset,
+            referenced: false,
+            lowered: None,
+        });
+    }
+
+    fn pull(&mut self, file_index: usize) {
+        if self.pulled[file_index] {
+            return;
+        }
+        self.pulled[file_index] = true;
+        let tapsets = self.tapsets;
+        self.add_file(&tapsets[file_index], true);
+    }
+
+    /// Private definitions are visible only inside their own file.
+    fn visible(def_span: Span, private: bool, from: Span) -> bool {
+        !private || def_span.file == from.file
+    }
+
+    /// A global by name, pulling in the tapset that defines it if needed.
+    pub fn lookup_global(&mut self, name: &str, from: Span) -> Option<GlobalId> {
+        if !self.global_names.contains_key(name)
+            && let Some(&file) = self.index.globals.get(name)
+        {
+            self.pull(file);
+        }
+        let id = *self.global_names.get(name)?;
+        let entry = &mut self.globals[id.0 as usize];
+        let visible = Self::visible(entry.hir.span, entry.hir.private, from);
+        entry.referenced |= visible;
+        visible.then_some(id)
+    }
+
+    /// A user or tapset function by name (builtins are looked up separately).
+    pub fn lookup_function(&mut self, name: &str, from: Span) -> Option<hir::FunctionId> {
+        if !self.function_names.contains_key(name)
+            && let Some(&file) = self.index.functions.get(name)
+        {
+            self.pull(file);
+        }
+        let id = *self.function_names.get(name)?;
+        let entry = &mut self.functions[id.0 as usize];
+        let visible = Self::visible(entry.ast.name.span, entry.ast.private, from);
+        entry.referenced |= visible;
+        visible.then_some(id)
+    }
+
+    /// Pulls in every tapset file defining an alias that `matches` accepts.
+    pub fn pull_aliases(&mut self, matches: impl Fn(&str) -> bool) {
+        let files: Vec<usize> = self
+            .index
+            .aliases
+            .iter()
+            .filter(|(name, _)| matches(name))
+            .map(|(_, f)| *f)
+            .collect();
+        for f in files {
+            self.pull(f);
+        }
+    }
+
+    /// Every alias name known (user and tapset), for "did you mean".
+    pub fn all_alias_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.aliases.iter().map(|a| a.name.clone()).collect();
+        names.extend(self.index.aliases.iter().map(|(n, _)| n.clone()));
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every global and function name, for "did you mean".
+    pub fn global_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.globals.iter().map(|g| g.hir.name.clone()).collect();
+        names.extend(self.index.globals.keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    pub fn function_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.function_names.keys().cloned().collect();
+        names.extend(self.index.functions.keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+}

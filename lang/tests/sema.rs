@@ -1,0 +1,306 @@
+//! `-p2` snapshots: elaboration of the seed script and of each construct
+//! family against the fake kernel (`testing::FakeKernel`).
+
+use stap_lang::diag::render_plain;
+use stap_lang::kernel::{KernelFacts, KernelVersion};
+use stap_lang::parse::parse_file;
+use stap_lang::preprocess::PreprocessEnv;
+use stap_lang::sema::{ElabOptions, Placement, Program, elaborate, print::print_program};
+use stap_lang::source::SourceMap;
+use stap_lang::testing::FakeKernel;
+
+fn no_config(_: &str) -> Option<String> {
+    None
+}
+
+/// Parses the script and the tapsets, elaborates, and returns the listing;
+/// panics with the rendered diagnostics if elaboration failed.
+fn elaborate_with(
+    script: &str,
+    tapsets: &[(&str, &str)],
+    facts: &dyn KernelFacts,
+    opts: &ElabOptions,
+) -> (Program, String) {
+    let env = PreprocessEnv {
+        kernel: KernelVersion {
+            major: 6,
+            minor: 18,
+            patch: 0,
+            release: "6.18.0-test".into(),
+        },
+        arch: "x86_64".into(),
+        config: &no_config,
+        args: &[],
+    };
+    let mut map = SourceMap::new();
+    let user_id = map.add("script.stp", script);
+    let tapset_ids: Vec<_> = tapsets
+        .iter()
+        .map(|(name, text)| map.add(*name, *text))
+        .collect();
+    let mut parse_diags = Vec::new();
+    let mut parse = |id| {
+        let parsed = parse_file(&map, id, &env);
+        parse_diags.extend(parsed.diags);
+        parsed.file
+    };
+    let user = vec![parse(user_id)];
+    let tapsets: Vec<_> = tapset_ids.into_iter().map(&mut parse).collect();
+    assert!(
+        parse_diags.is_empty(),
+        "parse errors:\n{}",
+        render_plain(&map, &parse_diags)
+    );
+    let (program, diags) = elaborate(&user, &tapsets, facts, opts);
+    let rendered = render_plain(&map, &diags);
+    let program = program.unwrap_or_else(|| panic!("elaboration failed:\n{rendered}"));
+    let mut listing = print_program(&program, &map);
+    if !diags.is_empty() {
+        listing.push_str("\n# diagnostics\n");
+        listing.push_str(&rendered);
+    }
+    (program, listing)
+}
+
+fn listing(script: &str) -> String {
+    elaborate_with(script, &[], &FakeKernel::new(), &ElabOptions::default()).1
+}
+
+#[test]
+fn drops_seed_script() {
+    let script = std::fs::read_to_string("../examples/drops.stp").expect("examples/drops.stp");
+    let (program, text) = elaborate_with(
+        &script,
+        &[],
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    assert_eq!(program.probes.len(), 2);
+    assert_eq!(program.probes[0].placement, Placement::Kernel);
+    assert_eq!(program.probes[1].placement, Placement::Host);
+    insta::assert_snapshot!(text);
+}
+
+/// The tapset fixtures, as the CLI would load a stdlib directory.
+fn fixture_tapsets() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for name in ["net.stp", "tcp.stp", "udp.stp"] {
+        let path = format!("tests/fixtures/tapsets/{name}");
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        out.push((name.to_string(), text));
+    }
+    out
+}
+
+fn listing_with_tapsets(script: &str) -> String {
+    let tapsets = fixture_tapsets();
+    let refs: Vec<(&str, &str)> = tapsets
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    elaborate_with(script, &refs, &FakeKernel::new(), &ElabOptions::default()).1
+}
+
+#[test]
+fn globals_arrays_and_stats() {
+    let script = r#"
+global count = 0, name = "stap"
+global sizes[100], recent%[16]
+private global secret
+global latency
+probe begin {
+  count++
+  sizes[execname(), pid()] = 10
+  recent[count] = name . "!"
+  secret = -1
+  latency <<< 5
+  latency <<< count
+}
+probe end {
+  printf("%d %d %d\n", @count(latency), @avg(latency), @max(latency))
+  print(@hist_log(latency))
+  print(@hist_linear(latency, 0, 100, 10))
+  println(secret, sizes["x", 1])
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn command_line_defines_and_overrides() {
+    let opts = ElabOptions {
+        defines: vec![
+            ("MAXSTRINGLEN".into(), "128".into()),
+            ("MAXMAPENTRIES".into(), "10000".into()),
+            ("MAXERRORS".into(), "3".into()),
+            ("SOMETHING_ELSE".into(), "1".into()),
+        ],
+        global_overrides: vec![
+            ("threshold".into(), "0x40".into()),
+            ("label".into(), "eth0".into()),
+        ],
+    };
+    let script =
+        "global threshold = 10, label = \"lo\"\nprobe begin { if (threshold > 5) println(label) }";
+    let (program, text) = elaborate_with(script, &[], &FakeKernel::new(), &opts);
+    assert_eq!(program.limits.max_string_len, 128);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn inference_through_functions() {
+    let script = r#"
+function join(a, b) { return a . ":" . b }
+function twice(n) { return n * 2 }
+function fact(n) { if (n <= 1) return 1; return n * fact(n - 1) }
+function unused(x) { return x }
+function describe(n) {
+  label = join("n", sprint(n))
+  return label
+}
+probe begin {
+  total = twice(fact(5))
+  println(describe(total))
+  s = join(execname(), "x")
+  println(s)
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn aliases_with_prologue_and_epilogue() {
+    let script = r#"
+global bytes
+probe tcp.sendmsg {
+  bytes[name] += size
+}
+probe tcp.counted_send {
+  println(tcp_double(size))
+}
+probe netdev.any_drop {
+  printf("%s at %p\n", kind, location)
+}
+"#;
+    insta::assert_snapshot!(listing_with_tapsets(script));
+}
+
+#[test]
+fn wildcards_expand_to_each_match() {
+    let script = r#"
+global hits
+probe kernel.trace("net:*") { hits[pp()]++ }
+probe kernel.function("tcp_v4_c*").return { hits[ppfunc()]++ }
+probe tcp.* { hits[name] += size }
+probe kernel.{trace("consume_skb"), function("ip_rcv")} { hits["brace"]++ }
+"#;
+    insta::assert_snapshot!(listing_with_tapsets(script));
+}
+
+#[test]
+fn optional_and_sufficient_points() {
+    let script = r#"
+probe kernel.trace("no_such_event")?, kernel.trace("kfree_skb") { println("first") }
+probe kernel.function("no_such_function")!, kernel.trace("consume_skb")!, kernel.trace("kfree_skb") {
+  println("second")
+}
+probe kernel.trace("missing:*")? { println("never resolved") }
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn optional_kernel_function_skipped_without_mechanism() {
+    let script =
+        "probe kernel.function(\"tcp_sendmsg\")?, kernel.trace(\"kfree_skb\") { println(pid()) }";
+    let (program, text) = elaborate_with(
+        script,
+        &[],
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    assert_eq!(program.probes.len(), 1);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn foreach_forms() {
+    let script = r#"
+global counts, pairs, stats
+probe begin {
+  counts["a"] = 1; counts["b"] = 2
+  pairs[1, "x"] = "one"
+  stats["k"] <<< 3
+}
+probe end {
+  foreach (k in counts) println(k)
+  foreach ([k] in counts-) println(k)
+  foreach (v = [k] in counts limit 1) printf("%s=%d\n", k, v)
+  foreach ([n+, s] in pairs) printf("%d %s %s\n", n, s, pairs[n, s])
+  foreach ([k] in stats @sum -) printf("%s %d\n", k, @sum(stats[k]))
+  if (["a"] in counts) delete counts["a"]
+  delete pairs
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn context_variables() {
+    let script = r#"
+probe kernel.trace("net_dev_xmit") {
+  printf("%s %d %d\n", kernel_string($dev->name), $skb->len, $skb_len)
+  println($$parms)
+  println($skb$)
+  println(@defined($skb) ? 1 : 0, @defined($nope), @choose_defined($nope, $rc))
+  println($skb->cb[2])
+}
+probe kernel.function("tcp_sendmsg").return {
+  printf("%d -> %d\n", @entry($size), $return)
+  println($sk->__sk_common->skc_family)
+}
+probe kernel.trace("syscalls:sys_enter_openat") {
+  println(user_string($filename), $flags)
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn cast_chains() {
+    let script = r#"
+function dev_of(skb) {
+  return @cast(skb, "struct sk_buff", "kernel<linux/skbuff.h>")->dev
+}
+probe kernel.trace("kfree_skb") {
+  name = kernel_string(@cast(dev_of($skb), "struct net_device")->name)
+  mtu = @cast($skb, "struct sk_buff")->dev->mtu
+  len_addr = &@cast($skb, "struct sk_buff", "kernel")->len
+  printf("%s %d %p\n", name, mtu, len_addr)
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
+fn placement_of_probes_functions_and_globals() {
+    let script = r#"
+global events, started
+function bump(key) { events[key]++ }
+function report() { foreach ([k] in events-) printf("%s %d\n", k, events[k]) }
+probe begin(-1) { started = gettimeofday_s() }
+probe oneshot { bump("oneshot") }
+probe kernel.trace("kfree_skb") { bump("drop") }
+probe timer.ms(100).randomize(20) { report() }
+probe timer.hz(4) { bump("tick") }
+probe timer.profile { bump("sample") }
+probe perf.sw.cpu_clock.sample(100000) { bump("clock") }
+probe perf.type(1).config(3) { bump("switch") }
+probe process("/bin/true").function("main") { bump("uprobe") }
+probe process("/bin/true").statement("*@true.c:10") { bump("line") }
+probe end(10) { report() }
+probe error { println("error") }
+probe never { println(started) }
+"#;
+    insta::assert_snapshot!(listing(script));
+}

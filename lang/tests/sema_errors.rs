@@ -1,0 +1,343 @@
+//! Elaboration errors, each snapshotted as `render_plain` prints it.
+
+use stap_lang::diag::render_plain;
+use stap_lang::kernel::{KernelFacts, KernelVersion};
+use stap_lang::parse::parse_file;
+use stap_lang::preprocess::PreprocessEnv;
+use stap_lang::sema::{ElabOptions, elaborate};
+use stap_lang::source::SourceMap;
+use stap_lang::testing::FakeKernel;
+
+fn no_config(_: &str) -> Option<String> {
+    None
+}
+
+/// Elaborates `script` (with `tapsets`) and returns the rendered
+/// diagnostics; panics if elaboration succeeded.
+fn errors_with(
+    script: &str,
+    tapsets: &[(&str, &str)],
+    facts: &dyn KernelFacts,
+    opts: &ElabOptions,
+) -> String {
+    let env = PreprocessEnv {
+        kernel: KernelVersion {
+            major: 6,
+            minor: 18,
+            patch: 0,
+            release: "6.18.0-test".into(),
+        },
+        arch: "x86_64".into(),
+        config: &no_config,
+        args: &[],
+    };
+    let mut map = SourceMap::new();
+    let user_id = map.add("script.stp", script);
+    let tapset_ids: Vec<_> = tapsets
+        .iter()
+        .map(|(name, text)| map.add(*name, *text))
+        .collect();
+    let mut parse_diags = Vec::new();
+    let mut parse = |id| {
+        let parsed = parse_file(&map, id, &env);
+        parse_diags.extend(parsed.diags);
+        parsed.file
+    };
+    let user = vec![parse(user_id)];
+    let tapsets: Vec<_> = tapset_ids.into_iter().map(&mut parse).collect();
+    assert!(
+        parse_diags.is_empty(),
+        "parse errors:\n{}",
+        render_plain(&map, &parse_diags)
+    );
+    let (program, diags) = elaborate(&user, &tapsets, facts, opts);
+    let rendered = render_plain(&map, &diags);
+    assert!(
+        program.is_none(),
+        "elaboration unexpectedly succeeded:\n{rendered}"
+    );
+    assert!(!diags.is_empty());
+    rendered
+}
+
+fn errors(script: &str) -> String {
+    errors_with(script, &[], &FakeKernel::new(), &ElabOptions::default())
+}
+
+#[test]
+fn unknown_function() {
+    insta::assert_snapshot!(errors("probe begin { printl(\"x\") }"));
+}
+
+#[test]
+fn unknown_variable() {
+    insta::assert_snapshot!(errors(
+        "global count\nprobe begin { count = 1; println(cuont) }"
+    ));
+}
+
+#[test]
+fn unknown_array() {
+    insta::assert_snapshot!(errors("global totals\nprobe begin { totls[1] = 2 }"));
+}
+
+#[test]
+fn unknown_probe_family() {
+    insta::assert_snapshot!(errors("probe kernel.tarce(\"kfree_skb\") { }"));
+}
+
+#[test]
+fn unknown_tracepoint() {
+    insta::assert_snapshot!(errors("probe kernel.trace(\"kfree_skbb\") { }"));
+}
+
+#[test]
+fn unknown_tracepoint_wildcard() {
+    insta::assert_snapshot!(errors("probe kernel.trace(\"nosuch:*\") { }"));
+}
+
+#[test]
+fn unknown_kernel_function() {
+    insta::assert_snapshot!(errors("probe kernel.function(\"tcp_sendmssg\") { }"));
+}
+
+#[test]
+fn unknown_struct_member() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") { println($skb->lenn) }"
+    ));
+}
+
+#[test]
+fn member_of_non_pointer() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"net_dev_xmit\") { println($rc->x) }"
+    ));
+}
+
+#[test]
+fn unknown_cast_type() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") { println(@cast($skb, \"struct sk_bufff\")->len) }"
+    ));
+}
+
+#[test]
+fn type_conflict_on_global() {
+    insta::assert_snapshot!(errors(
+        "global x\nprobe begin { x = 1 }\nprobe end { x = \"one\" }"
+    ));
+}
+
+#[test]
+fn type_conflict_on_array_key() {
+    insta::assert_snapshot!(errors(
+        "global a\nprobe begin { a[1] = 1 }\nprobe end { a[\"k\"] = 2 }"
+    ));
+}
+
+#[test]
+fn type_conflict_on_function_return() {
+    insta::assert_snapshot!(errors(
+        "function f(x) {\n  if (x) return 1\n  return \"one\"\n}\nprobe begin { f(1) }"
+    ));
+}
+
+#[test]
+fn wrong_arity_user_function() {
+    insta::assert_snapshot!(errors(
+        "function add(a, b) { return a + b }\nprobe begin { println(add(1)) }"
+    ));
+}
+
+#[test]
+fn wrong_arity_builtin() {
+    insta::assert_snapshot!(errors("probe begin { println(strlen(\"a\", \"b\")) }"));
+}
+
+#[test]
+fn wrong_argument_type_to_builtin() {
+    insta::assert_snapshot!(errors("probe begin { println(strlen(42)) }"));
+}
+
+#[test]
+fn printf_too_few_arguments() {
+    insta::assert_snapshot!(errors("probe begin { printf(\"%d %s\\n\", 1) }"));
+}
+
+#[test]
+fn printf_too_many_arguments() {
+    insta::assert_snapshot!(errors("probe begin { printf(\"%d\\n\", 1, 2) }"));
+}
+
+#[test]
+fn printf_d_given_a_string() {
+    insta::assert_snapshot!(errors("probe begin { printf(\"%d\\n\", \"ten\") }"));
+}
+
+#[test]
+fn printf_non_literal_format() {
+    insta::assert_snapshot!(errors("probe begin { fmt = \"%d\\n\"; printf(fmt, 1) }"));
+}
+
+#[test]
+fn context_var_not_in_probe() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") { println($sbk) }"
+    ));
+}
+
+#[test]
+fn context_var_in_begin() {
+    insta::assert_snapshot!(errors("probe begin { println($skb) }"));
+}
+
+#[test]
+fn context_var_in_function() {
+    insta::assert_snapshot!(errors(
+        "function f() { return $skb }\nprobe kernel.trace(\"kfree_skb\") { f() }"
+    ));
+}
+
+#[test]
+fn entry_outside_return_probe() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.function(\"tcp_sendmsg\") { println(@entry($size)) }"
+    ));
+}
+
+#[test]
+fn return_outside_return_probe() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.function(\"tcp_sendmsg\") { println($return) }"
+    ));
+}
+
+#[test]
+fn embedded_c_in_function() {
+    insta::assert_snapshot!(errors(
+        "function f() %{ STAP_RETURN(0); %}\nprobe begin { f() }"
+    ));
+}
+
+#[test]
+fn embedded_c_at_top_level() {
+    insta::assert_snapshot!(errors("%{\n#include <linux/skbuff.h>\n%}\nprobe begin { }"));
+}
+
+#[test]
+fn guru_mode_assignment() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") { $location = 0 }"
+    ));
+}
+
+#[test]
+fn inline_probe() {
+    insta::assert_snapshot!(errors("probe kernel.function(\"tcp_sendmsg\").inline { }"));
+}
+
+#[test]
+fn source_file_selector() {
+    insta::assert_snapshot!(errors("probe kernel.function(\"*@net/ipv4/tcp.c\") { }"));
+}
+
+#[test]
+fn duplicate_function() {
+    insta::assert_snapshot!(errors(
+        "function f() { return 1 }\nfunction f() { return 2 }\nprobe begin { f() }"
+    ));
+}
+
+#[test]
+fn duplicate_global() {
+    insta::assert_snapshot!(errors("global x = 1\nglobal x = 2\nprobe begin { x++ }"));
+}
+
+#[test]
+fn alias_with_unknown_target() {
+    insta::assert_snapshot!(errors(
+        "probe mydrops = kernel.trace(\"kfree_skbx\") { }\nprobe mydrops { }"
+    ));
+}
+
+#[test]
+fn recursive_alias() {
+    insta::assert_snapshot!(errors(
+        "probe ping = pong { }\nprobe pong = ping { }\nprobe ping { }"
+    ));
+}
+
+#[test]
+fn stats_used_as_value() {
+    insta::assert_snapshot!(errors("global s\nprobe begin { s <<< 1; println(s + 1) }"));
+}
+
+#[test]
+fn array_used_as_scalar() {
+    insta::assert_snapshot!(errors("global a\nprobe begin { a[1] = 1; println(a) }"));
+}
+
+#[test]
+fn scalar_used_as_array() {
+    insta::assert_snapshot!(errors("global n = 0\nprobe begin { n[1] = 1 }"));
+}
+
+#[test]
+fn kernel_function_without_fentry_or_kprobes() {
+    insta::assert_snapshot!(errors_with(
+        "probe kernel.function(\"tcp_sendmsg\") { println(pid()) }",
+        &[],
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    ));
+}
+
+#[test]
+fn unresolved_type() {
+    insta::assert_snapshot!(errors("global g\nprobe begin { g = h; h = g }"));
+}
+
+#[test]
+fn histogram_not_printed() {
+    insta::assert_snapshot!(errors(
+        "global s\nprobe begin { s <<< 1; x = @hist_log(s) }"
+    ));
+}
+
+#[test]
+fn unknown_timer_unit() {
+    insta::assert_snapshot!(errors("probe timer.sek(5) { }"));
+}
+
+#[test]
+fn dollar_locals_needs_dwarf() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") { println($$locals) }"
+    ));
+}
+
+#[test]
+fn override_of_unknown_global() {
+    let opts = ElabOptions {
+        defines: vec![],
+        global_overrides: vec![("maxm".into(), "5".into())],
+    };
+    insta::assert_snapshot!(errors_with(
+        "global maxn = 10\nprobe begin { println(maxn) }",
+        &[],
+        &FakeKernel::new(),
+        &opts
+    ));
+}
+
+#[test]
+fn private_tapset_function_is_invisible() {
+    let tapset = "private function helper() { return 1 }\nfunction visible() { return helper() }";
+    insta::assert_snapshot!(errors_with(
+        "probe begin { println(visible() + helper()) }",
+        &[("lib.stp", tapset)],
+        &FakeKernel::new(),
+        &ElabOptions::default()
+    ));
+}

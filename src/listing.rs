@@ -1,0 +1,56 @@
+//! `-l` and `-L`: list the probe points a pattern matches, by elaborating
+//! `probe PATTERN {}` exactly as a script would be, so the listing and real
+//! scripts can never disagree.
+
+use crate::cli::Args;
+use crate::driver::{Failed, Frontend};
+use stap_lang::kernel::KernelFacts;
+use stap_lang::sema::hir::Probe;
+use stap_lang::source::SourceMap;
+
+pub fn run(
+    pattern: &str,
+    with_vars: bool,
+    kernel: &dyn KernelFacts,
+    args: &Args,
+) -> Result<(), Failed> {
+    let mut map = SourceMap::new();
+    let file = map.add("<probe point>", format!("probe {pattern} {{}}\n"));
+    let front = Frontend::new(kernel, &[]);
+    let user = front.parse_one(&map, file)?;
+    let library = front.parse_tapsets(args, &mut map)?;
+    let program = front.elaborate(&map, &[user], &library, args)?;
+
+    let mut lines: Vec<String> = program
+        .probes
+        .iter()
+        .map(|probe| describe(probe, with_vars))
+        .collect();
+    lines.sort();
+    lines.dedup();
+    for line in lines {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One line as stap prints it: the point, then with `-L` each variable as
+/// `$name:type` (context) or `name:type` (an alias's locals).
+fn describe(probe: &Probe, with_vars: bool) -> String {
+    let (mut line, locals) = match probe.alias_chain.first() {
+        Some(alias) => (alias.clone(), true),
+        None => (probe.resolved.clone(), false),
+    };
+    if with_vars {
+        if locals {
+            for local in &probe.locals {
+                line.push_str(&format!(" {}:{}", local.name, local.ty.name()));
+            }
+        } else {
+            for var in &probe.context {
+                line.push_str(&format!(" ${}:{}", var.name, var.type_name));
+            }
+        }
+    }
+    line
+}

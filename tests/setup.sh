@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what building and testing stap-rs needs on a fresh machine.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+
+need_apt=()
+command -v bpftool >/dev/null || need_apt+=(bpftool)
+command -v ip >/dev/null || need_apt+=(iproute2)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "== apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+
+# BPF programs need tracefs; it is usually mounted already.
+if [ ! -d /sys/kernel/tracing/events ] && [ -d /sys/kernel/tracing ]; then
+  mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null || true
+fi
