@@ -514,10 +514,15 @@ impl Token {
 /// comment) and joins adjacent string literals.
 pub fn disambiguate(tokens: Vec<PpToken>) -> Vec<PpToken> {
     let mut out: Vec<PpToken> = Vec::with_capacity(tokens.len());
+    // For each open `(`: whether it holds the condition of `if`, `while`,
+    // `for` or `foreach`, whose `)` is followed by a statement, not by more
+    // of an expression (`if (x) ++y`, `while (i) -i`).
+    let mut parens: Vec<bool> = Vec::new();
+    let mut after_operand = false;
     let mut iter = tokens.into_iter().peekable();
     while let Some(mut tok) = iter.next() {
         let prev = out.last().map(|p| &p.token);
-        let after_operand = prev.is_some_and(Token::ends_operand);
+        let mut ends_operand = tok.token.ends_operand();
         tok.token = match tok.token {
             Token::Str(s) => {
                 if let Some(PpToken {
@@ -535,9 +540,30 @@ pub fn disambiguate(tokens: Vec<PpToken>) -> Vec<PpToken> {
             Token::Minus if !after_operand => Token::UnaryMinus,
             Token::Plus if !after_operand => Token::UnaryPlus,
             Token::Amp if !after_operand => Token::AddressOf,
-            Token::Incr if !after_operand || tok.newline_before => Token::PreIncr,
-            Token::Decr if !after_operand || tok.newline_before => Token::PreDecr,
-            Token::LParen if prev.is_some_and(Token::takes_call_paren) => Token::CallParen,
+            Token::Incr if !after_operand || tok.newline_before => {
+                ends_operand = false;
+                Token::PreIncr
+            }
+            Token::Decr if !after_operand || tok.newline_before => {
+                ends_operand = false;
+                Token::PreDecr
+            }
+            Token::LParen => {
+                let control = matches!(
+                    prev,
+                    Some(Token::If | Token::While | Token::For | Token::Foreach)
+                );
+                parens.push(control);
+                if prev.is_some_and(Token::takes_call_paren) {
+                    Token::CallParen
+                } else {
+                    Token::LParen
+                }
+            }
+            Token::RParen => {
+                ends_operand = !parens.pop().unwrap_or(false);
+                Token::RParen
+            }
             Token::LBracket if after_operand => Token::IndexBracket,
             Token::Semi if iter.peek().is_some_and(|t| t.token == Token::Else) => Token::SemiElse,
             Token::Return => match iter.peek().map(|t| &t.token) {
@@ -546,6 +572,7 @@ pub fn disambiguate(tokens: Vec<PpToken>) -> Vec<PpToken> {
             },
             other => other,
         };
+        after_operand = ends_operand;
         out.push(tok);
     }
     out
@@ -659,6 +686,10 @@ mod tests {
             ]
         );
         assert_eq!(kinds("--x")[0], Token::PreDecr);
+        // After the condition of a control statement a new statement starts.
+        assert_eq!(kinds("if (x) ++y")[4], Token::PreIncr);
+        assert_eq!(kinds("while (f(i)) -i")[7], Token::UnaryMinus);
+        assert_eq!(kinds("x = (y) ++")[5], Token::Incr);
         assert_eq!(kinds("a[1]--")[4], Token::Decr);
     }
 

@@ -379,11 +379,12 @@ impl Preprocessor<'_, '_> {
     ) -> usize {
         let open_span = tokens[start].span.clone();
         let Some(close) = matching_close(tokens, start) else {
-            self.error(
-                "missing `%)` to close this conditional",
-                &open_span,
-                "this `%(` has no matching `%)`",
-            );
+            let mut d = Diagnostic::error("missing `%)` to close this conditional")
+                .at(self.span(&open_span), "this `%(` has no matching `%)`");
+            if start > 0 && tokens[start - 1].span.end == open_span.start {
+                d = d.note("help: `%(` starts a preprocessor conditional; for the modulo operator write `a % (b)`");
+            }
+            self.diags.push(d);
             return tokens.len();
         };
         let inner = &tokens[start + 1..close];

@@ -131,6 +131,10 @@ fn statements() {
   ++z
   if (x) y++ else if (y) z-- else { z = 0 }
   if (a) if (b) c = 1 else c = 2
+  if (a) b = 1; else b = 2;
+  if (a) ; else { }
+  if (n) ++count
+  while (i > 0) --i
   while (i < 10) i++
   for (i = 0; i < 10; i++) { continue }
   for (;;) break
@@ -289,4 +293,37 @@ fn script_arguments() {
 fn seed_script() {
     let text = include_str!("../../examples/drops.stp");
     insta::assert_snapshot!("parse_drops_stp", listing(text));
+}
+
+/// Every prefix of the seed script parses without panicking, and every
+/// prefix that stops inside a `{ }` block reports an error.
+#[test]
+fn truncated_seed_script_never_panics() {
+    let text = include_str!("../../examples/drops.stp");
+    let env = PreprocessEnv {
+        kernel: KernelVersion {
+            major: 6,
+            minor: 12,
+            patch: 48,
+            release: "6.12.48".into(),
+        },
+        arch: "x86_64".into(),
+        config: &config,
+        args: &[],
+    };
+    for (cut, _) in text.char_indices() {
+        let prefix = &text[..cut];
+        let mut map = SourceMap::new();
+        let file = map.add("cut.stp", prefix);
+        let parsed = parse_file(&map, file, &env);
+        let open_braces = prefix.matches('{').count() > prefix.matches('}').count();
+        if open_braces {
+            assert!(
+                !parsed.diags.is_empty(),
+                "no error for a prefix cut inside a block:\n{prefix}"
+            );
+        }
+        // Rendering must not panic either (spans stay inside the text).
+        let _ = render_plain(&map, &parsed.diags);
+    }
 }

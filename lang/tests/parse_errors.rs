@@ -110,3 +110,4 @@ error_snapshot!(
     macro_named_like_builtin,
     "@define max(a, b) %( @a %)\nprobe begin { }"
 );
+error_snapshot!(modulo_looks_like_conditional, "probe begin { y = a%(b) }");

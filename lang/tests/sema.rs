@@ -253,7 +253,7 @@ probe kernel.trace("net_dev_xmit") {
   println($$parms)
   println($skb$)
   println(@defined($skb) ? 1 : 0, @defined($nope), @choose_defined($nope, $rc))
-  println($skb->cb[2])
+  println($skb->cb[2], $skb->fclone)
 }
 probe kernel.function("tcp_sendmsg").return {
   printf("%d -> %d\n", @entry($size), $return)
@@ -303,4 +303,58 @@ probe error { println("error") }
 probe never { println(started) }
 "#;
     insta::assert_snapshot!(listing(script));
+}
+
+/// Every `.stp` file under the stdlib directory, as the CLI loads it.
+fn stdlib_tapsets() -> Vec<(String, String)> {
+    let mut files = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from("../stdlib")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("stdlib dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "stp") {
+                let text = std::fs::read_to_string(&path).expect("stdlib file");
+                files.push((path.display().to_string(), text));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn stdlib_is_pulled_in_only_when_used() {
+    let tapsets = stdlib_tapsets();
+    let refs: Vec<(&str, &str)> = tapsets
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let script = std::fs::read_to_string("../examples/drops.stp").expect("examples/drops.stp");
+    let (program, _) = elaborate_with(
+        &script,
+        &refs,
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    let names: Vec<&str> = program.functions.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["devname", "print_drops"]);
+    assert!(program.globals.iter().all(|g| !g.from_tapset));
+
+    let script = "probe kernel.trace(\"kfree_skb\") { println(ip_ntop(0x0100007f)) }";
+    let (program, _) = elaborate_with(
+        script,
+        &refs,
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    let ip_ntop = program
+        .functions
+        .iter()
+        .find(|f| f.name == "ip_ntop")
+        .expect("ip_ntop pulled in");
+    assert!(ip_ntop.from_tapset);
+    assert!(ip_ntop.runs_on.kernel && !ip_ntop.runs_on.host);
+    assert_eq!(ip_ntop.ret, stap_lang::sema::Type::String);
 }

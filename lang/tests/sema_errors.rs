@@ -341,3 +341,62 @@ fn private_tapset_function_is_invisible() {
         &ElabOptions::default()
     ));
 }
+
+/// Odd but parseable scripts: elaboration must answer (a program, or at
+/// least one error) without panicking.
+#[test]
+fn odd_inputs_do_not_panic() {
+    let env_config = no_config;
+    let scripts = [
+        "",
+        "global x",
+        "probe begin { }",
+        "probe never { @count(x) }",
+        "probe begin { x <<< 1 }",
+        "global s\nprobe begin { s <<< 1; s <<< \"a\"; foreach (v = [k] in s) println(v) }",
+        "function f(a) { return f(a) }\nprobe begin { f(1) }",
+        "function f(a, a) { return a }\nprobe begin { f(1, 2) }",
+        "probe kernel.trace(\"kfree_skb\") { println($skb->dev->name$$, &$skb->len, $skb[1]) }",
+        "probe kernel.trace(\"kfree_skb\") { println(@cast(0, \"int\")->x) }",
+        "probe kernel.trace(\"kfree_skb\") { println(&$skb) }",
+        "probe begin(1), end(2), error(3), timer.s(0) { }",
+        "probe timer.ms(-5) { }",
+        "probe perf.sw.nothing { }",
+        "probe process.function(\"main\") { }",
+        "probe process(\"/bin/sh\").function(\"main\") { println($argc) }",
+        "probe kernel.function(\"tcp_close\").return { println($return) }",
+        "probe a = a { }\nprobe a { }",
+        "probe a.b = begin { x = 1 }\nprobe a.* { println(x) }",
+        "global a\nprobe begin { a[1] = 1; a[1, 2] = 2; delete a[1, 2, 3] }",
+        "probe begin { printf(\"%*d %.*s\\n\", 5, 1, 2, \"abc\") }",
+        "probe begin { printf(\"%z\\n\", 1) }",
+        "probe begin { x = @entry(1); y = @defined(zz) }",
+        "probe begin { println(@hist_linear(1, 2, 3, 4)) }",
+    ];
+    for script in scripts {
+        let envp = PreprocessEnv {
+            kernel: KernelVersion {
+                major: 6,
+                minor: 18,
+                patch: 0,
+                release: "6.18.0-test".into(),
+            },
+            arch: "x86_64".into(),
+            config: &env_config,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("odd.stp", script);
+        let parsed = parse_file(&map, id, &envp);
+        let (program, diags) = elaborate(
+            &[parsed.file],
+            &[],
+            &FakeKernel::new(),
+            &ElabOptions::default(),
+        );
+        assert!(
+            program.is_some() || diags.iter().any(|d| d.is_error()),
+            "no program and no error for {script:?}"
+        );
+    }
+}

@@ -105,11 +105,14 @@ pub(crate) fn infer(
         hist_ok: false,
         diags,
     };
-    // Each round can only move symbols from unknown to known, so this ends;
-    // the bound is a guard, not a limit real programs reach.
-    for round in 0..=64 {
+    // Each round can only move symbols from unknown to known, and there
+    // are finitely many, so this ends; the bound is only a guard.
+    let symbols: usize = state.bodies.iter().map(|b| b.types.len()).sum::<usize>()
+        + state.globals.types.len()
+        + state.keys.iter().map(|k| k.types.len()).sum::<usize>()
+        + state.rets.types.len();
+    for _ in 0..=symbols {
         state.changed = false;
-        state.report = round == 64;
         state.walk_all(functions, probes);
         if !state.changed {
             break;

@@ -445,15 +445,8 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             },
             A::Break => StmtKind::Break,
             A::Continue => StmtKind::Continue,
-            A::Next => {
-                if self.in_function {
-                    self.error(
-                        Diagnostic::error("`next` outside a probe")
-                            .at(s.span, "only probes can use `next`"),
-                    );
-                }
-                StmtKind::Next
-            }
+            // In a function too: it leaves the calling probe's handler.
+            A::Next => StmtKind::Next,
             A::Return(value) => {
                 if !self.in_function && value.is_some() {
                     self.error(

@@ -56,11 +56,15 @@ pub fn elaborate(
         );
     }
     let mut functions = keep_reachable(&mut elab, &mut probes);
-    let referenced: Vec<bool> = elab
+    let referenced: Vec<bool> = elab.globals.iter().map(|g| g.referenced).collect();
+    for g in elab
         .globals
         .iter()
-        .map(|g| g.referenced || !g.hir.from_tapset)
-        .collect();
+        .filter(|g| !g.referenced && !g.hir.from_tapset)
+    {
+        let d = Diagnostic::warning(format!("global `{}` is never used", g.hir.name));
+        elab.diags.push(d.at(g.hir.span, "declared here"));
+    }
     let mut globals: Vec<Global> = elab
         .globals
         .iter()

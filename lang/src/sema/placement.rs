@@ -2,64 +2,70 @@
 //! host timers on the host. Functions run wherever they are called from
 //! (possibly both), and each global records which sides touch it.
 
-use super::hir::{Block, ExprKind, Function, FunctionId, Global, GlobalId, Placement, Probe};
+use super::hir::{ExprKind, Function, FunctionId, Global, GlobalId, Placement, Probe};
 use super::walk::{self, Node};
 
 /// The functions a body calls and the globals it touches, in order of
 /// first appearance.
-pub(crate) fn references(body: &mut Block) -> (Vec<FunctionId>, Vec<GlobalId>) {
-    let mut calls = Vec::new();
-    let mut globals = Vec::new();
-    walk::block(body, &mut |node| match node {
-        Node::Expr(e) => match &e.kind {
-            ExprKind::Call { function, .. } if !calls.contains(function) => calls.push(*function),
-            ExprKind::Global(g)
-            | ExprKind::Index { global: g, .. }
-            | ExprKind::In { global: g, .. }
-                if !globals.contains(g) =>
-            {
-                globals.push(*g)
-            }
-            _ => {}
-        },
-        Node::Global(g) => {
-            if !globals.contains(&g) {
-                globals.push(g);
-            }
+#[derive(Default)]
+struct References {
+    calls: Vec<FunctionId>,
+    globals: Vec<GlobalId>,
+}
+
+impl References {
+    fn note(&mut self, node: Node<'_>) {
+        let global = match node {
+            Node::Expr(e) => match &e.kind {
+                ExprKind::Call { function, .. } => {
+                    if !self.calls.contains(function) {
+                        self.calls.push(*function);
+                    }
+                    return;
+                }
+                ExprKind::Global(g)
+                | ExprKind::Index { global: g, .. }
+                | ExprKind::In { global: g, .. } => *g,
+                _ => return,
+            },
+            Node::Global(g) => g,
+        };
+        if !self.globals.contains(&global) {
+            self.globals.push(global);
         }
-    });
-    (calls, globals)
+    }
+
+    fn of_function(f: &mut Function) -> References {
+        let mut refs = References::default();
+        walk::block(&mut f.body, &mut |node| refs.note(node));
+        refs
+    }
+
+    /// A probe's body and its `if (...)` condition.
+    fn of_probe(p: &mut Probe) -> References {
+        let mut refs = References::default();
+        walk::block(&mut p.body, &mut |node| refs.note(node));
+        if let Some(cond) = &mut p.condition {
+            walk::expr(cond, &mut |node| refs.note(node));
+        }
+        refs
+    }
 }
 
 pub(crate) fn place(globals: &mut [Global], functions: &mut [Function], probes: &mut [Probe]) {
-    let per_function: Vec<(Vec<FunctionId>, Vec<GlobalId>)> = functions
-        .iter_mut()
-        .map(|f| references(&mut f.body))
-        .collect();
+    let per_function: Vec<References> = functions.iter_mut().map(References::of_function).collect();
     for probe in probes.iter_mut() {
         let side = probe.placement;
-        let (mut calls, mut touched) = references(&mut probe.body);
-        if let Some(cond) = &mut probe.condition {
-            let mut block = Block {
-                stmts: vec![super::hir::Stmt {
-                    span: cond.span,
-                    kind: super::hir::StmtKind::Expr(cond.clone()),
-                }],
-                span: cond.span,
-            };
-            let (c, g) = references(&mut block);
-            calls.extend(c);
-            touched.extend(g);
-        }
-        for g in touched {
+        let refs = References::of_probe(probe);
+        for g in refs.globals {
             globals[g.0 as usize].used_by.add(side);
         }
-        let mut stack = calls;
+        let mut stack = refs.calls;
         while let Some(f) = stack.pop() {
             if functions[f.0 as usize].runs_on.add(side) {
-                let (calls, touched) = &per_function[f.0 as usize];
-                stack.extend(calls.iter().copied());
-                for g in touched {
+                let callee = &per_function[f.0 as usize];
+                stack.extend(callee.calls.iter().copied());
+                for g in &callee.globals {
                     globals[g.0 as usize].used_by.add(side);
                 }
             }
@@ -67,26 +73,17 @@ pub(crate) fn place(globals: &mut [Global], functions: &mut [Function], probes: 
     }
 }
 
-/// Every function reachable from the probes, in id order.
+/// Which functions the probes reach, directly or through other functions.
 pub(crate) fn reachable(functions: &mut [Function], probes: &mut [Probe]) -> Vec<bool> {
     let per_function: Vec<Vec<FunctionId>> = functions
         .iter_mut()
-        .map(|f| references(&mut f.body).0)
+        .map(|f| References::of_function(f).calls)
         .collect();
     let mut seen = vec![false; functions.len()];
-    let mut stack: Vec<FunctionId> = Vec::new();
-    for p in probes.iter_mut() {
-        stack.extend(references(&mut p.body).0);
-        if let Some(cond) = &mut p.condition {
-            walk::expr(cond, &mut |node| {
-                if let Node::Expr(e) = node
-                    && let ExprKind::Call { function, .. } = &e.kind
-                {
-                    stack.push(*function);
-                }
-            });
-        }
-    }
+    let mut stack: Vec<FunctionId> = probes
+        .iter_mut()
+        .flat_map(|p| References::of_probe(p).calls)
+        .collect();
     while let Some(f) = stack.pop() {
         if !std::mem::replace(&mut seen[f.0 as usize], true) {
             stack.extend(per_function[f.0 as usize].iter().copied());

@@ -1,0 +1,200 @@
+//! The `stap-rs` binary against this machine's real kernel facts (BTF and
+//! tracefs): what a user sees for the front-end passes.
+
+use std::process::{Command, Output, Stdio};
+
+fn stap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("running stap-rs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "stap-rs failed: {}\nstderr:\n{}",
+        out.status,
+        stderr(out)
+    );
+}
+
+#[test]
+fn p2_of_the_seed_script_shows_btf_typed_probe_and_placement() {
+    let out = stap(&["-p2", "examples/drops.stp"]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    for expected in [
+        "funcs: stats[long, string]",
+        "kernel.trace(\"skb:kfree_skb\")",
+        "mechanism: raw tracepoint",
+        "$skb: struct sk_buff * (ctx[0])",
+        "$location: void * (ctx[1])",
+        "$reason: enum skb_drop_reason (ctx[2])",
+        "runs in: kernel (BPF)",
+        "timer.sec(5)",
+        "runs in: host (JIT)",
+        "devname:string (skb:long)",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
+}
+
+#[test]
+fn p1_prints_the_parsed_program_with_precedence_visible() {
+    let out = stap(&["-p1", "-e", "probe begin { x = 1 + 2 * 3; println(x) }"]);
+    assert_ok(&out);
+    assert!(stdout(&out).contains("x = (1 + (2 * 3));"), "{}", stdout(&out));
+}
+
+#[test]
+fn script_arguments_substitute_before_parsing() {
+    let out = stap(&["-p1", "-e", "probe begin { println($1, @2) }", "42", "hello"]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("42") && text.contains("\"hello\""), "{text}");
+}
+
+#[test]
+fn script_is_read_from_stdin_with_dash() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p1", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning stap-rs");
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(b"probe end { println(\"bye\") }\n")
+        .expect("writing the script");
+    let out = child.wait_with_output().expect("waiting for stap-rs");
+    assert_ok(&out);
+    assert!(stdout(&out).contains("probe end"), "{}", stdout(&out));
+}
+
+#[test]
+fn unknown_tracepoint_fails_with_a_suggestion_and_the_source_line() {
+    let out = stap(&["-p2", "-e", "probe kernel.trace(\"kfree_skbb\") { }"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("kfree_skb"), "{err}");
+    assert!(err.contains("<input>:1:"), "no location in: {err}");
+    assert!(err.contains("probe kernel.trace(\"kfree_skbb\")"), "no source line in: {err}");
+}
+
+#[test]
+fn unknown_member_suggests_the_nearest_names() {
+    let out = stap(&[
+        "-p2",
+        "-e",
+        "probe kernel.trace(\"kfree_skb\") { println($skb->devv) }",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("devv") && err.contains("`dev`"), "{err}");
+}
+
+#[test]
+fn listing_with_variables_matches_btf() {
+    let out = stap(&["-L", "kernel.trace(\"net:net_dev_xmit\")"]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out).trim(),
+        "kernel.trace(\"net:net_dev_xmit\") $skb:struct sk_buff * $rc:int $dev:struct net_device * $skb_len:unsigned int"
+    );
+}
+
+#[test]
+fn listing_expands_wildcards_over_tracefs() {
+    let out = stap(&["-l", "kernel.trace(\"sched:*\")"]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.len() > 5, "{text}");
+    assert!(lines.iter().all(|l| l.starts_with("kernel.trace(\"sched:")));
+    assert!(lines.contains(&"kernel.trace(\"sched:sched_switch\")"), "{text}");
+}
+
+#[test]
+fn only_the_tapsets_a_script_uses_are_pulled_in() {
+    let uses = stap(&["-p2", "-e", "probe begin { println(ip_ntop(htonl(0x7f000001))) }"]);
+    assert_ok(&uses);
+    let text = stdout(&uses);
+    assert!(text.contains("ip_ntop:string (addr:long)"), "{text}");
+    assert!(text.contains("ntohl:long"), "{text}");
+
+    let unused = stap(&["-p2", "-e", "probe begin { println(1) }"]);
+    assert_ok(&unused);
+    assert!(!stdout(&unused).contains("ip_ntop"), "{}", stdout(&unused));
+}
+
+#[test]
+fn defines_and_global_overrides_reach_the_program() {
+    let out = stap(&[
+        "-p2",
+        "-D",
+        "MAXSTRINGLEN=1024",
+        "-G",
+        "threshold=7",
+        "-e",
+        "global threshold = 3\nprobe begin { println(threshold) }",
+    ]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("MAXSTRINGLEN=1024"), "{text}");
+    assert!(text.contains("7"), "{text}");
+}
+
+#[test]
+fn verbose_prints_pass_lines() {
+    let out = stap(&["-v", "-p2", "examples/drops.stp"]);
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert!(err.contains("Pass 1: parsed user script"), "{err}");
+    assert!(err.contains("Pass 2: analyzed script"), "{err}");
+}
+
+#[test]
+fn later_passes_say_they_are_not_implemented() {
+    let out = stap(&["examples/drops.stp"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not implemented yet"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_btf_file_says_what_still_works() {
+    let out = stap(&["--btf", "/nonexistent/vmlinux", "-p2", "examples/drops.stp"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("/nonexistent/vmlinux"), "{err}");
+    assert!(err.contains("begin"), "{err}");
+}
+
+#[test]
+fn guru_mode_is_refused() {
+    let out = stap(&["-g", "-p2", "-e", "probe begin { }"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("unsupported: guru mode"), "{}", stderr(&out));
+}
+
+#[test]
+fn missing_script_file_is_a_clear_error() {
+    let out = stap(&["-p2", "no/such/script.stp"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("cannot read script file 'no/such/script.stp'"));
+}
