@@ -55,12 +55,22 @@ fn p2_of_the_seed_script_shows_btf_typed_probe_and_placement() {
 fn p1_prints_the_parsed_program_with_precedence_visible() {
     let out = stap(&["-p1", "-e", "probe begin { x = 1 + 2 * 3; println(x) }"]);
     assert_ok(&out);
-    assert!(stdout(&out).contains("x = (1 + (2 * 3));"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("x = (1 + (2 * 3));"),
+        "{}",
+        stdout(&out)
+    );
 }
 
 #[test]
 fn script_arguments_substitute_before_parsing() {
-    let out = stap(&["-p1", "-e", "probe begin { println($1, @2) }", "42", "hello"]);
+    let out = stap(&[
+        "-p1",
+        "-e",
+        "probe begin { println($1, @2) }",
+        "42",
+        "hello",
+    ]);
     assert_ok(&out);
     let text = stdout(&out);
     assert!(text.contains("42") && text.contains("\"hello\""), "{text}");
@@ -94,7 +104,10 @@ fn unknown_tracepoint_fails_with_a_suggestion_and_the_source_line() {
     let err = stderr(&out);
     assert!(err.contains("kfree_skb"), "{err}");
     assert!(err.contains("<input>:1:"), "no location in: {err}");
-    assert!(err.contains("probe kernel.trace(\"kfree_skbb\")"), "no source line in: {err}");
+    assert!(
+        err.contains("probe kernel.trace(\"kfree_skbb\")"),
+        "no source line in: {err}"
+    );
 }
 
 #[test]
@@ -127,12 +140,19 @@ fn listing_expands_wildcards_over_tracefs() {
     let lines: Vec<&str> = text.lines().collect();
     assert!(lines.len() > 5, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("kernel.trace(\"sched:")));
-    assert!(lines.contains(&"kernel.trace(\"sched:sched_switch\")"), "{text}");
+    assert!(
+        lines.contains(&"kernel.trace(\"sched:sched_switch\")"),
+        "{text}"
+    );
 }
 
 #[test]
 fn only_the_tapsets_a_script_uses_are_pulled_in() {
-    let uses = stap(&["-p2", "-e", "probe begin { println(ip_ntop(htonl(0x7f000001))) }"]);
+    let uses = stap(&[
+        "-p2",
+        "-e",
+        "probe begin { println(ip_ntop(htonl(0x7f000001))) }",
+    ]);
     assert_ok(&uses);
     let text = stdout(&uses);
     assert!(text.contains("ip_ntop:string (addr:long)"), "{text}");
@@ -173,7 +193,11 @@ fn verbose_prints_pass_lines() {
 fn later_passes_say_they_are_not_implemented() {
     let out = stap(&["examples/drops.stp"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("not implemented yet"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not implemented yet"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -189,7 +213,11 @@ fn missing_btf_file_says_what_still_works() {
 fn guru_mode_is_refused() {
     let out = stap(&["-g", "-p2", "-e", "probe begin { }"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("unsupported: guru mode"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unsupported: guru mode"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
