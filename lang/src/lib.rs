@@ -6,12 +6,16 @@
 //! 3. [`parse`]: tokens to the spanned [`ast`] (lalrpop), with error recovery.
 //! 4. [`sema`]: elaboration, SystemTap's pass 2: tapsets, aliases, wildcards,
 //!    context variables, type inference and placement (kernel or host).
+//! 5. [`ir`]: lowering to the IR shared by both backends (pass 3).
+//! 6. [`bpf`]: kernel-side handlers to eBPF instructions (pass 4, kernel half).
 //!
 //! This crate makes no syscalls: kernel facts arrive through [`kernel::KernelFacts`].
 
 pub mod ast;
 pub mod ast_print;
+pub mod bpf;
 pub mod diag;
+pub mod ir;
 pub mod kernel;
 pub mod lexer;
 pub mod parse;

@@ -1,0 +1,84 @@
+//! The BPF backend: IR functions placed in the kernel become eBPF programs.
+//! Pure code generation: nothing here touches the kernel (runtime/ loads and
+//! attaches what this produces).
+//!
+//! The output, an [`Object`], is the contract with the runtime loader.
+
+pub mod layout;
+
+use crate::ir::FuncId;
+use crate::sema::hir::GlobalId;
+use crate::source::Span;
+
+/// Everything the loader needs: maps to create, then programs whose
+/// `ld_imm64` map references it patches with the created map fds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub maps: Vec<MapSpec>,
+    pub programs: Vec<Program>,
+}
+
+/// How a program attaches; the runtime picks the syscalls from this.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttachKind {
+    /// `BPF_PROG_TYPE_RAW_TRACEPOINT`, attached with `BPF_RAW_TRACEPOINT_OPEN`.
+    RawTracepoint { name: String },
+    /// `BPF_PROG_TYPE_TRACEPOINT` through a perf event on the tracefs id.
+    Tracepoint { system: String, name: String },
+    Kprobe { function: String, is_return: bool },
+    /// `BPF_PROG_TYPE_TRACING` with `expected_attach_type` FENTRY/FEXIT.
+    Fentry { function: String, is_return: bool, module: Option<String> },
+    /// `BPF_PROG_TYPE_PERF_EVENT` on every online CPU.
+    PerfEvent { perf_type: u32, config: u64, sample_period: u64 },
+    Uprobe { path: String, function: String, is_return: bool },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Program {
+    /// Unique, ≤ 15 chars, valid as a BPF object name (`stap_p0`).
+    pub name: String,
+    /// Index into `ir::Module::probes`.
+    pub probe: usize,
+    /// The IR function this program runs.
+    pub function: FuncId,
+    pub attach: AttachKind,
+    /// Encoded instructions, 8 bytes each (an `ld_imm64` takes two).
+    pub insns: Vec<u64>,
+    /// Instruction index of each `ld_imm64` whose immediate is a map fd,
+    /// and the index into `Object::maps` to put there.
+    pub map_relocs: Vec<(usize, usize)>,
+    /// Instruction index → the script span it came from, sorted by index;
+    /// a verifier error at instruction N maps to the last entry ≤ N.
+    pub lines: Vec<(usize, Span)>,
+    /// Bytes of BPF stack used (≤ 512), for diagnostics.
+    pub stack_bytes: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapSpec {
+    /// ≤ 15 chars (`stap_funcs`).
+    pub name: String,
+    /// `BPF_MAP_TYPE_*`.
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    pub flags: u32,
+    pub role: MapRole,
+}
+
+/// What a map is for, so the host side knows how to read it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MapRole {
+    /// A script global; the key/value layout is in `records.rs`' docs.
+    Global(GlobalId),
+    /// The ring buffer carrying printf/exit/error records to the host.
+    Events,
+    /// Per-CPU scratch space for strings, keys and records.
+    Scratch,
+    /// Per-CPU counters the host reads at exit (lost events, overflow, ...).
+    Counters,
+    /// The run flag: handlers do nothing until the host sets it (after the
+    /// begin probes ran), and stop once it is cleared at exit.
+    Control,
+}
