@@ -226,3 +226,24 @@ fn missing_script_file_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cannot read script file 'no/such/script.stp'"));
 }
+
+#[test]
+fn kernel_function_without_a_mechanism_says_why() {
+    if std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
+        eprintln!("skipped: this kernel has kprobes, so the probe resolves");
+        return;
+    }
+    let out = stap(&["-p2", "-e", "probe kernel.function(\"tcp_sendmsg\") { }"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("cannot be probed on this kernel"), "{err}");
+    assert!(err.contains("kprobes: "), "{err}");
+    assert!(err.contains("fentry/fexit: "), "{err}");
+
+    let optional = stap(&[
+        "-p2",
+        "-e",
+        "probe kernel.function(\"tcp_sendmsg\")? { } probe begin { }",
+    ]);
+    assert_ok(&optional);
+}

@@ -118,6 +118,18 @@ pub struct Mechanisms {
     pub perf_events: bool,
 }
 
+/// One probe mechanism, for asking why it is unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    Tracepoints,
+    RawTracepoints,
+    TpBtf,
+    Fentry,
+    Kprobes,
+    Uprobes,
+    PerfEvents,
+}
+
 /// `kernel_v` / `kernel_vr` for the preprocessor: `6.18.0` and the full release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelVersion {
@@ -156,6 +168,13 @@ pub trait KernelFacts {
     fn config(&self, name: &str) -> Option<String>;
 
     fn mechanisms(&self) -> Mechanisms;
+
+    /// Why a mechanism is unavailable, in words for an error message
+    /// ("CONFIG_KPROBES is not set"); `None` when it is available or unknown.
+    fn unavailable_reason(&self, mechanism: Mechanism) -> Option<String> {
+        let _ = mechanism;
+        None
+    }
 
     /// Every tracepoint as `(system, name)`, for wildcards and suggestions.
     fn tracepoint_names(&self) -> Result<Vec<(String, String)>, FactsError>;

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::kernel::{
-    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanisms, Member, Param,
+    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms, Member, Param,
     Tracepoint, TracepointArgs, TypeId, TypeKind,
 };
 
@@ -743,6 +743,22 @@ impl KernelFacts for BtfKernel {
     /// probe needs to know, or use [`BtfKernel::features`] for the rest.
     fn mechanisms(&self) -> Mechanisms {
         self.features.mechanisms(self.fentry().is_available())
+    }
+
+    fn unavailable_reason(&self, mechanism: Mechanism) -> Option<String> {
+        let availability = match mechanism {
+            Mechanism::Tracepoints => &self.features.tracepoints,
+            Mechanism::RawTracepoints => &self.features.raw_tracepoints,
+            Mechanism::TpBtf => &self.features.tp_btf,
+            Mechanism::Fentry => self.fentry(),
+            Mechanism::Kprobes => &self.features.kprobes,
+            Mechanism::Uprobes => &self.features.uprobes,
+            Mechanism::PerfEvents => &self.features.perf_events,
+        };
+        match availability {
+            Availability::Available => None,
+            Availability::Unavailable(reason) => Some(reason.clone()),
+        }
     }
 
     fn tracepoint_names(&self) -> Result<Vec<(String, String)>, FactsError> {

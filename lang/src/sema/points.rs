@@ -6,7 +6,7 @@ use super::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, Proces
 use super::symbols::Elaborator;
 use crate::ast::{self, Literal, PointComponent};
 use crate::diag::Diagnostic;
-use crate::kernel::{FactsError, FunctionProto, Tracepoint, TracepointArgs};
+use crate::kernel::{FactsError, FunctionProto, Mechanism, Tracepoint, TracepointArgs};
 use crate::source::Span;
 
 /// One probe point with brace sets expanded: `name(arg)` components.
@@ -699,7 +699,18 @@ impl<'a> Elaborator<'a> {
                 "kernel.function(\"{spec}\"){suffix} cannot be probed on this kernel"
             ))
             .at(span, "needs fentry/fexit or kprobes")
-            .note("this kernel allows neither fentry/fexit programs nor kprobes (CONFIG_KPROBES is not set, or BPF tracing programs are refused)")
+            .note(format!(
+                "fentry/fexit: {}",
+                facts
+                    .unavailable_reason(Mechanism::Fentry)
+                    .unwrap_or_else(|| "refused by this kernel".to_string())
+            ))
+            .note(format!(
+                "kprobes: {}",
+                facts
+                    .unavailable_reason(Mechanism::Kprobes)
+                    .unwrap_or_else(|| "not available on this kernel".to_string())
+            ))
             .note("help: use a tracepoint (`kernel.trace(\"...\")`) instead, or add `?` to skip this probe"));
         };
         let mut out = Vec::new();
