@@ -202,7 +202,7 @@ fn syntax_error(
 ) -> Diagnostic {
     match error {
         ParseError::UnrecognizedToken {
-            token: (l, _, r),
+            token: (l, token, r),
             expected,
         } => {
             let found = token_text(text, l, r);
@@ -210,7 +210,15 @@ fn syntax_error(
                 Some(list) => format!("expected {list}, found {found}"),
                 None => format!("unexpected {found}"),
             };
-            Diagnostic::error(message).at(span(file, l, r), format!("unexpected {found}"))
+            let diag =
+                Diagnostic::error(message).at(span(file, l, r), format!("unexpected {found}"));
+            let wanted_a_name = expected.iter().any(|e| e == "Ident");
+            match token.keyword().filter(|_| wanted_a_name) {
+                Some(word) => diag.note(format!(
+                    "`{word}` is a reserved word in the stap language and cannot name a variable or function"
+                )),
+                None => diag,
+            }
         }
         ParseError::UnrecognizedEof { expected, .. } => {
             let message = match describe_expected(&expected) {

@@ -111,3 +111,9 @@ error_snapshot!(
     "@define max(a, b) %( @a %)\nprobe begin { }"
 );
 error_snapshot!(modulo_looks_like_conditional, "probe begin { y = a%(b) }");
+
+// A reserved word where a name is expected says why it cannot be used.
+error_snapshot!(
+    reserved_word_as_name,
+    "global limit\nprobe begin { limit = 5 }\n"
+);
