@@ -213,7 +213,11 @@ fn syntax_error(
             let diag =
                 Diagnostic::error(message).at(span(file, l, r), format!("unexpected {found}"));
             let wanted_a_name = expected.iter().any(|e| e == "Ident");
-            match token.keyword().filter(|_| wanted_a_name) {
+            let used_as_name = |word: &&str| {
+                let next = text.get(r..).unwrap_or("").trim_start_matches([' ', '\t']);
+                matches!(*word, "limit" | "in") || next.starts_with(['=', '[', ':', '(', ','])
+            };
+            match token.keyword().filter(|_| wanted_a_name).filter(used_as_name) {
                 Some(word) => diag.note(format!(
                     "`{word}` is a reserved word in the stap language and cannot name a variable or function"
                 )),
