@@ -87,6 +87,12 @@ pub struct Args {
     /// Start the interactive session.
     #[arg(short = 'i')]
     pub interactive: bool,
+
+    /// Test only: compile the first kernel probe with a deliberate
+    /// out-of-bounds access so the verifier rejects it (the live tests use
+    /// it to prove rejections name the script line). Hidden from --help.
+    #[arg(long, hide = true)]
+    pub test_verifier_reject: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,11 +101,11 @@ pub enum DumpStage {
     Ast,
     /// The elaborated program with inferred types (same as -p2).
     Types,
-    /// The IR (not yet implemented).
+    /// The IR (same as -p3).
     Ir,
-    /// The BPF listing (not yet implemented).
+    /// The BPF listing, annotated with script lines.
     Bpf,
-    /// The Cranelift IR of host functions (not yet implemented).
+    /// The Cranelift IR of host functions.
     Clif,
 }
 

@@ -74,10 +74,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         return Ok(());
     }
 
-    Err(fail(
-        "pass 3 and later (IR, BPF code generation, loading and running) are not implemented yet; \
-         stap-rs currently stops after elaboration: use -p1 or -p2",
-    ))
+    crate::run::run(args, &map, &program)
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

@@ -3,6 +3,7 @@
 mod cli;
 mod driver;
 mod listing;
+mod run;
 mod tapsets;
 
 use clap::Parser;

@@ -9,8 +9,16 @@
 
 pub mod btf;
 pub mod features;
+pub mod host;
+pub mod jit;
 pub mod kernel;
+pub mod attach;
+pub mod load;
+pub mod sys;
+pub mod ringbuf;
+pub mod session;
 pub mod tracefs;
+pub mod uprobe;
 
 #[cfg(test)]
 mod test_blob;

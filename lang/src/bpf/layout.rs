@@ -75,9 +75,7 @@ impl StatLayout {
         let min_max = needs.min_max.then(|| take(2));
         let variance = needs.variance.then(|| take(2));
         let hist_log = needs.hist_log.then(|| take(HIST_LOG_BUCKETS));
-        let hist_linear = needs
-            .hist_linear
-            .map(|h| (take(linear_buckets(&h) + 2), h));
+        let hist_linear = needs.hist_linear.map(|h| (take(linear_buckets(&h) + 2), h));
         StatLayout {
             count: 0,
             sum: 1,
@@ -100,6 +98,46 @@ pub fn linear_buckets(h: &LinearHist) -> u32 {
         return 1;
     }
     ((h.hi - h.lo) / h.width + 1).clamp(1, 1 << 16) as u32
+}
+
+/// The `@hist_log` bucket of zero; negative values use the buckets below
+/// it, positive ones the buckets above (stap's layout).
+pub const HIST_LOG_BUCKET0: u32 = 64;
+
+/// The `@hist_log` bucket of `v`: `BUCKET0 ± (1 + floor(log2(|v|)))`, so 1
+/// is bucket 65, 2..3 bucket 66, -1 bucket 63 and `i64::MIN` bucket 0.
+pub fn hist_log_bucket(v: i64) -> u32 {
+    if v == 0 {
+        return HIST_LOG_BUCKET0;
+    }
+    let bits = 64 - v.unsigned_abs().leading_zeros();
+    if v > 0 {
+        (HIST_LOG_BUCKET0 + bits).min(HIST_LOG_BUCKETS - 1)
+    } else {
+        HIST_LOG_BUCKET0 - bits.min(HIST_LOG_BUCKET0)
+    }
+}
+
+/// The smallest value of `@hist_log` bucket `bucket` (its row label).
+pub fn hist_log_value(bucket: u32) -> i64 {
+    match bucket.cmp(&HIST_LOG_BUCKET0) {
+        std::cmp::Ordering::Equal => 0,
+        std::cmp::Ordering::Less => i64::MIN >> bucket.min(63),
+        std::cmp::Ordering::Greater => 1i64 << (bucket - HIST_LOG_BUCKET0 - 1).min(62),
+    }
+}
+
+/// The linear-histogram slot of `v`, counted from the underflow slot (0):
+/// in-range values go to `1 + (v - lo) / width`, values past the last
+/// in-range bucket to the overflow slot `linear_buckets + 1`.
+pub fn hist_linear_slot(h: &LinearHist, v: i64) -> u32 {
+    let overflow = linear_buckets(h) + 1;
+    if v < h.lo {
+        return 0;
+    }
+    let width = h.width.max(1) as u64;
+    let index = (v.wrapping_sub(h.lo) as u64) / width;
+    (index.saturating_add(1)).min(overflow as u64) as u32
 }
 
 /// Key and value size of a global's map.

@@ -4,11 +4,55 @@
 //!
 //! The output, an [`Object`], is the contract with the runtime loader.
 
+mod compile;
+mod emit;
+pub mod inline;
+pub mod insn;
 pub mod layout;
+mod listing;
+pub mod maps;
+pub mod records;
+pub mod regalloc;
+pub mod samples;
+pub mod snprintf;
+
+pub use compile::compile;
+pub use listing::listing;
 
 use crate::ir::FuncId;
-use crate::sema::hir::GlobalId;
+use crate::sema::hir::{GlobalId, Limits};
 use crate::source::Span;
+
+/// [`Options::cpus`] when the caller does not know better.
+pub const DEFAULT_CPUS: u32 = 64;
+
+/// Code generation settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// MAXSTRINGLEN: the size of every string slot, key part and value.
+    pub max_string_len: u32,
+    /// Test-only: the first statement of the first kernel probe that is not
+    /// a `ReadKernel` gets an out-of-bounds stack read carrying that
+    /// statement's span, so tests can prove the verifier's rejection maps
+    /// back to the script line. Never set in normal runs.
+    pub test_out_of_bounds: bool,
+    /// CPUs a statistic extraction in a kernel probe (`@count(s)` etc.)
+    /// visits: the verifier unrolls that loop, so it is sized at compile
+    /// time. The runtime should pass the possible-CPU count
+    /// (/sys/devices/system/cpu/possible); a statistic found on a CPU past
+    /// it is a run-time error, never a silently wrong value.
+    pub cpus: u32,
+}
+
+impl Options {
+    pub fn from_limits(limits: &Limits) -> Options {
+        Options {
+            max_string_len: limits.max_string_len.clamp(8, 1 << 16) as u32,
+            test_out_of_bounds: false,
+            cpus: DEFAULT_CPUS,
+        }
+    }
+}
 
 /// Everything the loader needs: maps to create, then programs whose
 /// `ld_imm64` map references it patches with the created map fds.
@@ -22,15 +66,35 @@ pub struct Object {
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttachKind {
     /// `BPF_PROG_TYPE_RAW_TRACEPOINT`, attached with `BPF_RAW_TRACEPOINT_OPEN`.
-    RawTracepoint { name: String },
+    RawTracepoint {
+        name: String,
+    },
     /// `BPF_PROG_TYPE_TRACEPOINT` through a perf event on the tracefs id.
-    Tracepoint { system: String, name: String },
-    Kprobe { function: String, is_return: bool },
+    Tracepoint {
+        system: String,
+        name: String,
+    },
+    Kprobe {
+        function: String,
+        is_return: bool,
+    },
     /// `BPF_PROG_TYPE_TRACING` with `expected_attach_type` FENTRY/FEXIT.
-    Fentry { function: String, is_return: bool, module: Option<String> },
+    Fentry {
+        function: String,
+        is_return: bool,
+        module: Option<String>,
+    },
     /// `BPF_PROG_TYPE_PERF_EVENT` on every online CPU.
-    PerfEvent { perf_type: u32, config: u64, sample_period: u64 },
-    Uprobe { path: String, function: String, is_return: bool },
+    PerfEvent {
+        perf_type: u32,
+        config: u64,
+        sample_period: u64,
+    },
+    Uprobe {
+        path: String,
+        function: String,
+        is_return: bool,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -45,7 +109,10 @@ pub struct Program {
     /// Encoded instructions, 8 bytes each (an `ld_imm64` takes two).
     pub insns: Vec<u64>,
     /// Instruction index of each `ld_imm64` whose immediate is a map fd,
-    /// and the index into `Object::maps` to put there.
+    /// and the index into `Object::maps` to put there. The loader writes
+    /// only the fd into the first slot's `imm`: `src_reg` is already set,
+    /// to `BPF_PSEUDO_MAP_FD` (the map) or `BPF_PSEUDO_MAP_VALUE` (a
+    /// pointer into a one-entry array's value, offset in the second slot).
     pub map_relocs: Vec<(usize, usize)>,
     /// Instruction index → the script span it came from, sorted by index;
     /// a verifier error at instruction N maps to the last entry ≤ N.
@@ -81,4 +148,9 @@ pub enum MapRole {
     /// The run flag: handlers do nothing until the host sets it (after the
     /// begin probes ran), and stop once it is cleared at exit.
     Control,
+    /// `bpf_snprintf` formats (`sprintf`, `symname` in kernel probes): a
+    /// one-entry `ARRAY` created with `BPF_F_RDONLY_PROG`. The loader must
+    /// write these bytes as entry 0 and then `BPF_MAP_FREEZE` the map
+    /// before loading any program (the verifier reads the formats).
+    Formats(Vec<u8>),
 }

@@ -255,7 +255,9 @@ pub enum StatValue {
     Max,
     Avg,
     /// `@variance(s, shift)`.
-    Variance { shift: u32 },
+    Variance {
+        shift: u32,
+    },
 }
 
 impl StatValue {
@@ -303,7 +305,10 @@ pub enum PrintArg {
     Value(Reg),
     /// `symname(addr)`, `symdata(addr)`, `modname(addr)` directly as an
     /// argument of `printf` in kernel code.
-    Symbol { addr: Reg, how: SymbolText },
+    Symbol {
+        addr: Reg,
+        how: SymbolText,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,72 +324,192 @@ pub enum SymbolText {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     // Values.
-    Const { dst: Reg, value: i64 },
-    ConstStr { dst: Reg, id: StrId },
-    Move { dst: Reg, src: Reg },
-    Unary { dst: Reg, op: UnOp, src: Reg },
-    Binary { dst: Reg, op: BinOp, lhs: Reg, rhs: Reg },
+    Const {
+        dst: Reg,
+        value: i64,
+    },
+    ConstStr {
+        dst: Reg,
+        id: StrId,
+    },
+    Move {
+        dst: Reg,
+        src: Reg,
+    },
+    Unary {
+        dst: Reg,
+        op: UnOp,
+        src: Reg,
+    },
+    Binary {
+        dst: Reg,
+        op: BinOp,
+        lhs: Reg,
+        rhs: Reg,
+    },
     /// Long comparison; `dst` is 1 or 0.
-    Compare { dst: Reg, op: CmpOp, lhs: Reg, rhs: Reg },
+    Compare {
+        dst: Reg,
+        op: CmpOp,
+        lhs: Reg,
+        rhs: Reg,
+    },
     /// String comparison (bytewise, like strcmp); `dst` is 1 or 0.
-    StrCompare { dst: Reg, op: CmpOp, lhs: Reg, rhs: Reg },
+    StrCompare {
+        dst: Reg,
+        op: CmpOp,
+        lhs: Reg,
+        rhs: Reg,
+    },
     /// `lhs . rhs`, truncated to MAXSTRINGLEN - 1 bytes.
-    Concat { dst: Reg, lhs: Reg, rhs: Reg },
+    Concat {
+        dst: Reg,
+        lhs: Reg,
+        rhs: Reg,
+    },
 
     // Scalar globals.
-    LoadGlobal { dst: Reg, global: GlobalId },
-    StoreGlobal { global: GlobalId, src: Reg },
+    LoadGlobal {
+        dst: Reg,
+        global: GlobalId,
+    },
+    StoreGlobal {
+        global: GlobalId,
+        src: Reg,
+    },
     /// Atomic `global += delta` (for `++`, `--`, `+=`, `-=` on shared longs).
-    AddGlobal { global: GlobalId, delta: Reg },
+    AddGlobal {
+        global: GlobalId,
+        delta: Reg,
+    },
 
     // Associative arrays. A missing element reads as 0 or "".
-    MapGet { dst: Reg, global: GlobalId, keys: Vec<Reg> },
-    MapSet { global: GlobalId, keys: Vec<Reg>, src: Reg },
+    MapGet {
+        dst: Reg,
+        global: GlobalId,
+        keys: Vec<Reg>,
+    },
+    MapSet {
+        global: GlobalId,
+        keys: Vec<Reg>,
+        src: Reg,
+    },
     /// Atomic `arr[keys] += delta`, creating the element at 0 first.
-    MapAdd { global: GlobalId, keys: Vec<Reg>, delta: Reg },
-    MapDelete { global: GlobalId, keys: Vec<Reg> },
-    MapContains { dst: Reg, global: GlobalId, keys: Vec<Reg> },
+    MapAdd {
+        global: GlobalId,
+        keys: Vec<Reg>,
+        delta: Reg,
+    },
+    MapDelete {
+        global: GlobalId,
+        keys: Vec<Reg>,
+    },
+    MapContains {
+        dst: Reg,
+        global: GlobalId,
+        keys: Vec<Reg>,
+    },
     /// `delete arr`, or `delete scalar` (reset to 0 / "" / empty stats).
-    Clear { global: GlobalId },
+    Clear {
+        global: GlobalId,
+    },
 
     // Statistics (`keys` empty for a scalar statistic).
     /// `s <<< value`
-    StatAdd { global: GlobalId, keys: Vec<Reg>, value: Reg },
+    StatAdd {
+        global: GlobalId,
+        keys: Vec<Reg>,
+        value: Reg,
+    },
     /// `@count(s)` etc. over all CPUs. `@avg`/`@min`/`@max`/`@variance` of
     /// an empty statistic is a run-time error, as in stap.
-    StatGet { dst: Reg, global: GlobalId, keys: Vec<Reg>, what: StatValue },
+    StatGet {
+        dst: Reg,
+        global: GlobalId,
+        keys: Vec<Reg>,
+        what: StatValue,
+    },
     /// `print(@hist_log(s))` / `print(@hist_linear(...))` (host only).
-    PrintHist { global: GlobalId, keys: Vec<Reg>, kind: HistKind },
+    PrintHist {
+        global: GlobalId,
+        keys: Vec<Reg>,
+        kind: HistKind,
+    },
 
     // foreach (host only: the iterator walks a snapshot taken at `IterStart`).
-    IterStart { iter: IterId, global: GlobalId, sort: Option<Sort>, limit: Option<Reg> },
+    IterStart {
+        iter: IterId,
+        global: GlobalId,
+        sort: Option<Sort>,
+        limit: Option<Reg>,
+    },
     /// Fetches the next element into `keys` (and `value`); `has` is 0 at the end.
-    IterNext { iter: IterId, has: Reg, keys: Vec<Reg>, value: Option<Reg> },
+    IterNext {
+        iter: IterId,
+        has: Reg,
+        keys: Vec<Reg>,
+        value: Option<Reg>,
+    },
 
     // Calls.
-    Call { dst: Option<Reg>, func: FuncId, args: Vec<Reg> },
+    Call {
+        dst: Option<Reg>,
+        func: FuncId,
+        args: Vec<Reg>,
+    },
     /// A built-in from `sema::builtins`, by name. Output and exit are the
     /// dedicated ops below, not builtins.
-    Builtin { dst: Option<Reg>, name: String, args: Vec<Reg> },
+    Builtin {
+        dst: Option<Reg>,
+        name: String,
+        args: Vec<Reg>,
+    },
 
     // Kernel context (kernel side only).
     /// Argument `index` of the probed event: raw tracepoint `ctx[index]`,
     /// fentry/kprobe/uprobe argument `index`.
-    ContextArg { dst: Reg, index: u32 },
+    ContextArg {
+        dst: Reg,
+        index: u32,
+    },
     /// A classic tracepoint record field.
-    ContextField { dst: Reg, offset: u32, size: u32, signed: bool },
+    ContextField {
+        dst: Reg,
+        offset: u32,
+        size: u32,
+        signed: bool,
+    },
     /// `$return` of a `.return` probe.
-    ContextReturn { dst: Reg },
+    ContextReturn {
+        dst: Reg,
+    },
     /// Reads `size` (1, 2, 4 or 8) bytes of kernel memory at `addr`, sign-
     /// or zero-extended. A fault is a run-time error naming the address.
-    ReadKernel { dst: Reg, addr: Reg, size: u32, signed: bool },
+    ReadKernel {
+        dst: Reg,
+        addr: Reg,
+        size: u32,
+        signed: bool,
+    },
     /// The same for user memory (`user_long` and uprobe arguments).
-    ReadUser { dst: Reg, addr: Reg, size: u32, signed: bool },
+    ReadUser {
+        dst: Reg,
+        addr: Reg,
+        size: u32,
+        signed: bool,
+    },
 
     // Output and control.
     /// printf to the script's output. Kernel side: a ring-buffer record.
-    Printf { format: FormatId, args: Vec<PrintArg> },
-    Sprintf { dst: Reg, format: FormatId, args: Vec<Reg> },
+    Printf {
+        format: FormatId,
+        args: Vec<PrintArg>,
+    },
+    Sprintf {
+        dst: Reg,
+        format: FormatId,
+        args: Vec<Reg>,
+    },
     /// `exit()`: end probes run, then the session ends. The handler goes on
     /// to its end, as in stap.
     Exit,
@@ -404,7 +529,11 @@ pub enum Failure {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Term {
     Jump(BlockId),
-    Branch { cond: Reg, then: BlockId, otherwise: BlockId },
+    Branch {
+        cond: Reg,
+        then: BlockId,
+        otherwise: BlockId,
+    },
     /// `None` for handlers and functions without a value.
     Return(Option<Reg>),
     /// A run-time error: reported in stap's wording; the session goes on or

@@ -1,0 +1,330 @@
+//! The backend's entry point: maps for the globals kernel code touches plus
+//! the fixed maps (`maps.rs`), then one program per kernel-placed probe.
+
+use hashbrown::HashMap;
+
+use super::emit::{self, FormatsIndex, MapIndex};
+use super::inline::inline_calls;
+use super::layout;
+use super::maps::*;
+use super::snprintf;
+use super::{AttachKind, MapRole, MapSpec, Object, Options, Program};
+use crate::diag::Diagnostic;
+use crate::ir::{Function, Module, Op, Storage};
+use crate::kernel::TracepointArgs;
+use crate::sema::hir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
+
+/// `PERF_TYPE_SOFTWARE` / `PERF_COUNT_SW_CPU_CLOCK`, for `timer.profile`.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+/// `timer.profile` fires on every scheduler tick; sample the cpu clock at
+/// 250 Hz (a common CONFIG_HZ), in nanoseconds.
+const PROFILE_PERIOD_NS: u64 = 4_000_000;
+
+/// `BPF_F_RDONLY_PROG`: programs may only read the map.
+const BPF_F_RDONLY_PROG: u32 = 1 << 7;
+
+/// Compiles every kernel-placed probe handler of `module` to BPF.
+pub fn compile(module: &Module, options: &Options) -> Result<Object, Vec<Diagnostic>> {
+    let mut diags = Vec::new();
+    // Each handler with its script-function calls inlined.
+    let mut handlers: Vec<(usize, Function)> = Vec::new();
+    for (index, probe) in module.probes.iter().enumerate() {
+        if probe.placement != Placement::Kernel {
+            continue;
+        }
+        match inline_calls(module, module.function(probe.function)) {
+            Ok(function) => handlers.push((index, function)),
+            Err(diag) => diags.push(diag),
+        }
+    }
+    let n = options.max_string_len.max(8);
+    let mut maps = Vec::new();
+    let mut globals = HashMap::new();
+    for (id, global) in module.globals.iter().enumerate() {
+        let id = GlobalId(id as u32);
+        if global.kernel || touched_by_kernel(&handlers, id) {
+            globals.insert(id.0, maps.len());
+            maps.push(global_map(id, &global.storage, n));
+        }
+    }
+    let fixed = |name: &str, map_type, key_size, value_size, max_entries, role| MapSpec {
+        name: name.to_string(),
+        map_type,
+        key_size,
+        value_size,
+        max_entries,
+        flags: 0,
+        role,
+    };
+    let formats = match format_table(module, &handlers, maps.len() + 4) {
+        Ok(formats) => formats,
+        Err(mut errors) => {
+            diags.append(&mut errors);
+            None
+        }
+    };
+    let index = MapIndex {
+        globals,
+        events: maps.len(),
+        scratch: maps.len() + 1,
+        counters: maps.len() + 2,
+        control: maps.len() + 3,
+        formats: formats.as_ref().map(|(index, _)| index.clone()),
+    };
+    maps.push(fixed(
+        "stap_events",
+        MAP_RINGBUF,
+        0,
+        0,
+        EVENTS_BYTES,
+        MapRole::Events,
+    ));
+    maps.push(fixed(
+        "stap_scratch",
+        MAP_PERCPU_ARRAY,
+        4,
+        8,
+        NESTING_LEVELS,
+        MapRole::Scratch,
+    ));
+    maps.push(fixed(
+        "stap_counters",
+        MAP_PERCPU_ARRAY,
+        4,
+        8 * COUNTER_SLOTS,
+        1,
+        MapRole::Counters,
+    ));
+    maps.push(fixed(
+        "stap_control",
+        MAP_ARRAY,
+        4,
+        8 * CONTROL_SLOTS,
+        1,
+        MapRole::Control,
+    ));
+    if let Some((_, data)) = formats {
+        let mut spec = fixed(
+            "stap_formats",
+            MAP_ARRAY,
+            4,
+            data.len() as u32,
+            1,
+            MapRole::Formats(data),
+        );
+        spec.flags = BPF_F_RDONLY_PROG;
+        maps.push(spec);
+    }
+
+    let mut programs = Vec::new();
+    let mut scratch_bytes = 8;
+    for (position, (probe_index, function)) in handlers.iter().enumerate() {
+        let probe_index = *probe_index;
+        let probe = &module.probes[probe_index];
+        let Some(attach) = attach_kind(&probe.kind) else {
+            diags.push(Diagnostic::unsupported(
+                format!("{} probes in the kernel", probe.kind.family()),
+                probe.span,
+            ));
+            continue;
+        };
+        let out_of_bounds = options.test_out_of_bounds && position == 0;
+        match emit::emit_probe(
+            module,
+            probe_index,
+            function,
+            options,
+            &index,
+            out_of_bounds,
+        ) {
+            Ok(emitted) => {
+                scratch_bytes = scratch_bytes.max(emitted.scratch_bytes);
+                programs.push(Program {
+                    name: format!("stap_p{probe_index}"),
+                    probe: probe_index,
+                    function: probe.function,
+                    attach,
+                    insns: emitted.insns,
+                    map_relocs: emitted.map_relocs,
+                    lines: emitted.lines,
+                    stack_bytes: emitted.stack_bytes,
+                });
+            }
+            Err(mut errors) => diags.append(&mut errors),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    maps[index.scratch].value_size = scratch_bytes.div_ceil(8) * 8;
+    Ok(Object { maps, programs })
+}
+
+fn touched_by_kernel(handlers: &[(usize, Function)], global: GlobalId) -> bool {
+    handlers.iter().any(|(_, function)| {
+        function
+            .blocks
+            .iter()
+            .flat_map(|b| &b.insts)
+            .any(|inst| op_global(&inst.op) == Some(global))
+    })
+}
+
+/// The `bpf_snprintf` formats the handlers need, NUL-separated in one
+/// read-only value, and where each starts; `None` when nothing formats.
+fn format_table(
+    module: &Module,
+    handlers: &[(usize, Function)],
+    map: usize,
+) -> Result<Option<(FormatsIndex, Vec<u8>)>, Vec<Diagnostic>> {
+    let mut data = Vec::new();
+    let mut offsets = HashMap::new();
+    let mut needed = false;
+    let mut diags = Vec::new();
+    for (_, function) in handlers {
+        for inst in function.blocks.iter().flat_map(|b| &b.insts) {
+            match &inst.op {
+                Op::Sprintf { format, .. } => {
+                    needed = true;
+                    if offsets.contains_key(&format.0) {
+                        continue;
+                    }
+                    match snprintf::kernel_format(&module.format(*format).text) {
+                        Ok(text) => {
+                            offsets.insert(format.0, data.len() as u32);
+                            data.extend_from_slice(text.as_bytes());
+                            data.push(0);
+                        }
+                        Err(directive) => diags.push(Diagnostic::unsupported(
+                            format!("{directive} in a sprintf format in kernel probes"),
+                            inst.span,
+                        )),
+                    }
+                }
+                Op::Builtin { name, .. } if name == "symname" || name == "symdata" => needed = true,
+                _ => {}
+            }
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    if !needed {
+        return Ok(None);
+    }
+    let symname = data.len() as u32;
+    data.extend_from_slice(b"%ps\0");
+    let symdata = data.len() as u32;
+    data.extend_from_slice(b"%pS\0");
+    while data.len() % 8 != 0 {
+        data.push(0);
+    }
+    let index = FormatsIndex {
+        map,
+        offsets,
+        symname,
+        symdata,
+    };
+    Ok(Some((index, data)))
+}
+
+fn op_global(op: &Op) -> Option<GlobalId> {
+    match op {
+        Op::LoadGlobal { global, .. }
+        | Op::StoreGlobal { global, .. }
+        | Op::AddGlobal { global, .. }
+        | Op::MapGet { global, .. }
+        | Op::MapSet { global, .. }
+        | Op::MapAdd { global, .. }
+        | Op::MapDelete { global, .. }
+        | Op::MapContains { global, .. }
+        | Op::Clear { global }
+        | Op::StatAdd { global, .. }
+        | Op::StatGet { global, .. }
+        | Op::PrintHist { global, .. }
+        | Op::IterStart { global, .. } => Some(*global),
+        _ => None,
+    }
+}
+
+/// A global's map, per `layout.rs`. Hash maps stay preallocated (no
+/// `BPF_F_NO_PREALLOC`): perf-event programs require it.
+fn global_map(id: GlobalId, storage: &Storage, max_string_len: u32) -> MapSpec {
+    let (key_size, value_size) = layout::map_sizes(storage, max_string_len);
+    let (map_type, max_entries) = match storage {
+        Storage::Scalar(_) => (MAP_ARRAY, 1),
+        // `a%[N]` keeps the newest entries; LRU eviction is the closest
+        // kernel behaviour (it evicts the least recently used instead).
+        Storage::Array {
+            max_entries, wrap, ..
+        } => (if *wrap { MAP_LRU_HASH } else { MAP_HASH }, *max_entries),
+        Storage::Stats { keys, .. } if keys.is_empty() => (MAP_PERCPU_ARRAY, 1),
+        Storage::Stats { max_entries, .. } => (MAP_PERCPU_HASH, *max_entries),
+    };
+    MapSpec {
+        name: format!("stap_g{}", id.0),
+        map_type,
+        key_size,
+        value_size,
+        max_entries: max_entries.clamp(1, u32::MAX as u64) as u32,
+        flags: 0,
+        role: MapRole::Global(id),
+    }
+}
+
+fn attach_kind(kind: &ProbeKind) -> Option<AttachKind> {
+    Some(match kind {
+        ProbeKind::Tracepoint { system, name, args } => match args {
+            TracepointArgs::Raw(_) => AttachKind::RawTracepoint { name: name.clone() },
+            TracepointArgs::Classic(_) => AttachKind::Tracepoint {
+                system: system.clone(),
+                name: name.clone(),
+            },
+        },
+        ProbeKind::KernelFunction {
+            name,
+            is_return,
+            module,
+            mechanism,
+            ..
+        } => match mechanism {
+            FunctionMechanism::Fentry => AttachKind::Fentry {
+                function: name.clone(),
+                is_return: *is_return,
+                module: module.clone(),
+            },
+            FunctionMechanism::Kprobe => AttachKind::Kprobe {
+                function: name.clone(),
+                is_return: *is_return,
+            },
+        },
+        ProbeKind::Perf {
+            perf_type,
+            config,
+            sample_period,
+            ..
+        } => AttachKind::PerfEvent {
+            perf_type: *perf_type,
+            config: *config,
+            sample_period: *sample_period,
+        },
+        ProbeKind::TimerProfile => AttachKind::PerfEvent {
+            perf_type: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+            sample_period: PROFILE_PERIOD_NS,
+        },
+        ProbeKind::Process {
+            path,
+            target,
+            is_return,
+        } => AttachKind::Uprobe {
+            path: path.clone(),
+            function: match target {
+                ProcessTarget::Function(name) | ProcessTarget::Statement(name) => name.clone(),
+            },
+            is_return: *is_return,
+        },
+        _ => return None,
+    })
+}

@@ -1,0 +1,50 @@
+//! The maps every BPF object has besides the script's globals, and their
+//! value layouts, shared by the emitter and the runtime.
+//!
+//! - **Control** (`ARRAY`, one entry, key `0u32`): `u64` slots
+//!   [`CONTROL_RUN`] (handlers run only while it is 1) and
+//!   [`CONTROL_TIME_OFFSET`] (nanoseconds to add to `bpf_ktime_get_ns` to get
+//!   the wall clock, for `gettimeofday_*`). The emitter reads it with a
+//!   direct map-value load (`BPF_PSEUDO_MAP_VALUE`), so no helper call.
+//! - **Counters** (`PERCPU_ARRAY`, one entry, key `0u32`): [`COUNTER_SLOTS`]
+//!   `u64` slots per CPU, indexed by the `COUNTER_*` constants. The host sums
+//!   them over CPUs at exit.
+//! - **Scratch** (`PERCPU_ARRAY`, [`NESTING_LEVELS`] entries): one region
+//!   per nesting level on each CPU (a perf NMI can interrupt a tracepoint
+//!   handler on the same CPU; each gets its own region). A handler takes the
+//!   level from `COUNTER_DEPTH` at entry and gives it back at exit; deeper
+//!   nesting skips the handler and counts `COUNTER_SKIPPED`.
+//! - **Events** (`RINGBUF`): the records of `records.rs`.
+
+/// `BPF_MAP_TYPE_*` values used here.
+pub const MAP_HASH: u32 = 1;
+pub const MAP_ARRAY: u32 = 2;
+pub const MAP_PERCPU_HASH: u32 = 5;
+pub const MAP_PERCPU_ARRAY: u32 = 6;
+pub const MAP_LRU_HASH: u32 = 9;
+pub const MAP_RINGBUF: u32 = 27;
+
+/// Control value slots (each a `u64`).
+pub const CONTROL_RUN: u32 = 0;
+pub const CONTROL_TIME_OFFSET: u32 = 1;
+pub const CONTROL_SLOTS: u32 = 2;
+
+/// Counter slots (each a `u64`, per CPU).
+/// The current nesting depth on this CPU (not a count: a level index).
+pub const COUNTER_DEPTH: u32 = 0;
+/// Ring-buffer records that did not fit (stap's lost events).
+pub const COUNTER_LOST_EVENTS: u32 = 1;
+/// Inserts into a full array (stap's "array overflow").
+pub const COUNTER_MAP_OVERFLOW: u32 = 2;
+/// Handlers skipped because they nested deeper than [`NESTING_LEVELS`].
+pub const COUNTER_SKIPPED: u32 = 3;
+pub const COUNTER_SLOTS: u32 = 4;
+
+/// Scratch regions per CPU.
+pub const NESTING_LEVELS: u32 = 4;
+
+/// A per-CPU map value may not exceed 32 KiB (`PCPU_MIN_UNIT_SIZE`).
+pub const MAX_SCRATCH_BYTES: u32 = 32 * 1024;
+
+/// Default ring buffer size: 1 MiB (a power-of-two number of pages).
+pub const EVENTS_BYTES: u32 = 1 << 20;

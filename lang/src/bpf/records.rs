@@ -1,0 +1,305 @@
+//! The ring-buffer record format: what kernel handlers send to the host,
+//! and the host-side [`decode`].
+//!
+//! Every record starts with a 16-byte header of little-endian `u32`s:
+//! `{kind, id, probe, len}`; `probe` indexes `ir::Module::probes` and `len`
+//! is the whole record's size in bytes, header included. The payload:
+//!
+//! - [`KIND_PRINTF`] (`id` = the `FormatId`): the arguments in the order the
+//!   format consumes them (`printf::arg_kinds`):
+//!   - a long: 8 bytes (`i64`);
+//!   - a string-kind argument: `u32 tag, u32 len`, then for [`TAG_TEXT`]
+//!     `len` bytes of text (no NUL) padded to a multiple of 8 (padding bytes are unspecified), or
+//!     for a symbol tag ([`TAG_SYMNAME`], [`TAG_SYMDATA`], [`TAG_MODNAME`],
+//!     `len` = 8) the 8-byte address the host resolves through kallsyms.
+//! - [`KIND_EXIT`]: no payload (`exit()` was called).
+//! - [`KIND_ERROR`] (`id` = an `ERROR_*` kind): the script span of the
+//!   failing statement as `u32 file, u32 start, u32 end, u32 0`, then:
+//!   - [`ERROR_KERNEL_READ`], [`ERROR_USER_READ`], [`ERROR_KERNEL_STRING`],
+//!     [`ERROR_USER_STRING`]: the faulting address (`u64`);
+//!   - [`ERROR_EXPLICIT`] (`error(msg)`): the message as a text argument;
+//!   - [`ERROR_DIVISION_BY_ZERO`], [`ERROR_MAXACTION`],
+//!     [`ERROR_EMPTY_AGGREGATE`] (`@avg`/`@min`/`@max` of no samples),
+//!     [`ERROR_TOO_MANY_CPUS`] (a statistic on more CPUs than the code was
+//!     compiled for, `bpf::Options::cpus`): nothing.
+
+use crate::ir::{FormatId, Module, SymbolText};
+use crate::printf::{self, ArgKind};
+use crate::source::{FileId, Span};
+
+pub const HEADER_BYTES: u32 = 16;
+
+pub const KIND_PRINTF: u32 = 1;
+pub const KIND_EXIT: u32 = 2;
+pub const KIND_ERROR: u32 = 3;
+
+pub const TAG_TEXT: u32 = 0;
+pub const TAG_SYMNAME: u32 = 1;
+pub const TAG_SYMDATA: u32 = 2;
+pub const TAG_MODNAME: u32 = 3;
+
+pub const ERROR_DIVISION_BY_ZERO: u32 = 1;
+pub const ERROR_EXPLICIT: u32 = 2;
+pub const ERROR_MAXACTION: u32 = 3;
+pub const ERROR_KERNEL_READ: u32 = 4;
+pub const ERROR_USER_READ: u32 = 5;
+pub const ERROR_KERNEL_STRING: u32 = 6;
+pub const ERROR_USER_STRING: u32 = 7;
+pub const ERROR_EMPTY_AGGREGATE: u32 = 8;
+pub const ERROR_TOO_MANY_CPUS: u32 = 9;
+
+/// The payload bytes of an error's span.
+pub const ERROR_SPAN_BYTES: u32 = 16;
+
+pub fn symbol_tag(how: SymbolText) -> u32 {
+    match how {
+        SymbolText::Name => TAG_SYMNAME,
+        SymbolText::Data => TAG_SYMDATA,
+        SymbolText::Module => TAG_MODNAME,
+    }
+}
+
+/// One decoded record; strings borrow from the record bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record<'a> {
+    pub probe: u32,
+    pub body: RecordBody<'a>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordBody<'a> {
+    Printf {
+        format: FormatId,
+        args: Vec<Arg<'a>>,
+    },
+    Exit,
+    Error {
+        kind: ErrorKind<'a>,
+        span: Span,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg<'a> {
+    Long(i64),
+    Str(&'a [u8]),
+    /// An address to print as a symbol, resolved on the host.
+    Symbol {
+        addr: u64,
+        how: SymbolText,
+    },
+}
+
+impl<'a> Arg<'a> {
+    /// The formatter's view, once symbols are resolved by the caller.
+    pub fn as_value(&self) -> Option<printf::Value<'a>> {
+        match *self {
+            Arg::Long(v) => Some(printf::Value::Long(v)),
+            Arg::Str(bytes) => Some(printf::Value::Str(bytes)),
+            Arg::Symbol { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind<'a> {
+    DivisionByZero,
+    MaxAction,
+    EmptyAggregate,
+    TooManyCpus,
+    Explicit(&'a [u8]),
+    KernelRead(u64),
+    UserRead(u64),
+    KernelString(u64),
+    UserString(u64),
+}
+
+impl ErrorKind<'_> {
+    /// stap's wording of the error (without the location).
+    pub fn message(&self) -> String {
+        match self {
+            ErrorKind::DivisionByZero => "division by zero".to_string(),
+            ErrorKind::MaxAction => {
+                "MAXACTION exceeded: too many statements in one probe hit".to_string()
+            }
+            ErrorKind::EmptyAggregate => "empty aggregate".to_string(),
+            ErrorKind::TooManyCpus => {
+                "a statistic is spread over more CPUs than the kernel code was compiled for"
+                    .to_string()
+            }
+            ErrorKind::Explicit(text) => String::from_utf8_lossy(text).into_owned(),
+            ErrorKind::KernelRead(addr) => format!("kernel read fault at 0x{addr:x}"),
+            ErrorKind::UserRead(addr) => format!("user read fault at 0x{addr:x}"),
+            ErrorKind::KernelString(addr) => format!("kernel string copy fault at 0x{addr:x}"),
+            ErrorKind::UserString(addr) => format!("user string copy fault at 0x{addr:x}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    Truncated {
+        needed: usize,
+        have: usize,
+    },
+    UnknownKind(u32),
+    UnknownFormat(u32),
+    UnknownError(u32),
+    BadTag(u32),
+    /// A string longer than MAXSTRINGLEN, or a length past the record.
+    BadLength(u32),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            DecodeError::Truncated { needed, have } => {
+                write!(f, "record truncated: need {needed} bytes, have {have}")
+            }
+            DecodeError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
+            DecodeError::UnknownFormat(id) => write!(f, "unknown format id {id}"),
+            DecodeError::UnknownError(id) => write!(f, "unknown error kind {id}"),
+            DecodeError::BadTag(tag) => write!(f, "unknown string argument tag {tag}"),
+            DecodeError::BadLength(len) => write!(f, "bad string length {len}"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// A little-endian reader over one record.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|end| *end <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(DecodeError::Truncated {
+                needed: self.at.saturating_add(n),
+                have: self.bytes.len(),
+            });
+        };
+        let slice = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let b = self.take(8)?;
+        let mut word = [0u8; 8];
+        word.copy_from_slice(b);
+        Ok(u64::from_le_bytes(word))
+    }
+
+    /// `u32 len` (after the tag) then the text padded to 8.
+    fn text(&mut self, len: u32, max_string_len: u32) -> Result<&'a [u8], DecodeError> {
+        if len >= max_string_len.max(1) {
+            return Err(DecodeError::BadLength(len));
+        }
+        let padded = (len as usize).div_ceil(8) * 8;
+        let bytes = self.take(padded)?;
+        Ok(&bytes[..len as usize])
+    }
+}
+
+/// Decodes one record as the emitter wrote it. `bytes` is the ring-buffer
+/// sample; anything malformed is an error, never a panic.
+pub fn decode<'a>(
+    bytes: &'a [u8],
+    module: &Module,
+    max_string_len: u32,
+) -> Result<Record<'a>, DecodeError> {
+    let mut reader = Reader { bytes, at: 0 };
+    let kind = reader.u32()?;
+    let id = reader.u32()?;
+    let probe = reader.u32()?;
+    let len = reader.u32()?;
+    let len = len as usize;
+    if len < HEADER_BYTES as usize || len > bytes.len() {
+        return Err(DecodeError::Truncated {
+            needed: len.max(HEADER_BYTES as usize),
+            have: bytes.len(),
+        });
+    }
+    reader.bytes = &bytes[..len];
+    let body = match kind {
+        KIND_PRINTF => {
+            let format = module
+                .formats
+                .get(id as usize)
+                .ok_or(DecodeError::UnknownFormat(id))?;
+            let pieces = printf::parse(&format.text).map_err(|_| DecodeError::UnknownFormat(id))?;
+            let mut args = Vec::new();
+            for kind in printf::arg_kinds(&pieces) {
+                args.push(match kind {
+                    ArgKind::Long => Arg::Long(reader.u64()? as i64),
+                    ArgKind::String => {
+                        let tag = reader.u32()?;
+                        let len = reader.u32()?;
+                        match tag {
+                            TAG_TEXT => Arg::Str(reader.text(len, max_string_len)?),
+                            TAG_SYMNAME | TAG_SYMDATA | TAG_MODNAME => {
+                                let how = match tag {
+                                    TAG_SYMNAME => SymbolText::Name,
+                                    TAG_SYMDATA => SymbolText::Data,
+                                    _ => SymbolText::Module,
+                                };
+                                Arg::Symbol {
+                                    addr: reader.u64()?,
+                                    how,
+                                }
+                            }
+                            other => return Err(DecodeError::BadTag(other)),
+                        }
+                    }
+                });
+            }
+            RecordBody::Printf {
+                format: FormatId(id),
+                args,
+            }
+        }
+        KIND_EXIT => RecordBody::Exit,
+        KIND_ERROR => {
+            let file = reader.u32()?;
+            let start = reader.u32()?;
+            let end = reader.u32()?;
+            reader.u32()?;
+            let span = Span {
+                file: FileId(file),
+                start,
+                end,
+            };
+            let kind = match id {
+                ERROR_DIVISION_BY_ZERO => ErrorKind::DivisionByZero,
+                ERROR_MAXACTION => ErrorKind::MaxAction,
+                ERROR_EMPTY_AGGREGATE => ErrorKind::EmptyAggregate,
+                ERROR_TOO_MANY_CPUS => ErrorKind::TooManyCpus,
+                ERROR_EXPLICIT => {
+                    let _tag = reader.u32()?;
+                    let len = reader.u32()?;
+                    ErrorKind::Explicit(reader.text(len, max_string_len)?)
+                }
+                ERROR_KERNEL_READ => ErrorKind::KernelRead(reader.u64()?),
+                ERROR_USER_READ => ErrorKind::UserRead(reader.u64()?),
+                ERROR_KERNEL_STRING => ErrorKind::KernelString(reader.u64()?),
+                ERROR_USER_STRING => ErrorKind::UserString(reader.u64()?),
+                other => return Err(DecodeError::UnknownError(other)),
+            };
+            RecordBody::Error { kind, span }
+        }
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    Ok(Record { probe, body })
+}

@@ -1,0 +1,447 @@
+//! The BPF backend: listings of the sample probes (`bpf::samples`, which
+//! runtime/tests/verifier.rs also loads into and runs in the real kernel),
+//! the register allocator, diagnostics, lowered scripts, and the record
+//! decoder. Listings use MAXSTRINGLEN=64 to stay short.
+
+use stap_lang::bpf::{self, AttachKind, MapRole, Object, Options, records, regalloc, samples};
+use stap_lang::diag::render_plain;
+use stap_lang::ir::{self, Module, Op, Reg, Term, ValType};
+use stap_lang::kernel::KernelVersion;
+use stap_lang::parse::parse_file;
+use stap_lang::preprocess::PreprocessEnv;
+use stap_lang::sema::{ElabOptions, elaborate};
+use stap_lang::source::SourceMap;
+use stap_lang::testing::FakeKernel;
+
+fn options() -> Options {
+    Options {
+        max_string_len: 64,
+        test_out_of_bounds: false,
+        cpus: bpf::DEFAULT_CPUS,
+    }
+}
+
+fn sample(name: &str) -> samples::Sample {
+    samples::all(64)
+        .into_iter()
+        .find(|s| s.name == name)
+        .expect("sample exists")
+}
+
+fn listing_of(name: &str) -> String {
+    let sample = sample(name);
+    let object = bpf::compile(&sample.module, &options()).expect("compiles");
+    bpf::listing(&object, &sample.map)
+}
+
+#[test]
+fn listing_counter() {
+    insta::assert_snapshot!(listing_of("counter"));
+}
+
+#[test]
+fn listing_printf_string_long_symbol() {
+    insta::assert_snapshot!(listing_of("printf"));
+}
+
+#[test]
+fn listing_kernel_string_of_a_member_chain() {
+    insta::assert_snapshot!(listing_of("kernel_string"));
+}
+
+#[test]
+fn listing_concat_and_compare() {
+    insta::assert_snapshot!(listing_of("concat"));
+}
+
+#[test]
+fn listing_while_loop_with_tick() {
+    insta::assert_snapshot!(listing_of("while_loop"));
+}
+
+#[test]
+fn listing_signed_division() {
+    insta::assert_snapshot!(listing_of("division"));
+}
+
+#[test]
+fn listings_are_deterministic() {
+    for s in samples::all(64) {
+        let a = bpf::listing(&bpf::compile(&s.module, &options()).unwrap(), &s.map);
+        let b = bpf::listing(&bpf::compile(&s.module, &options()).unwrap(), &s.map);
+        assert_eq!(a, b, "{}", s.name);
+    }
+}
+
+// ----- register allocation -----
+
+#[test]
+fn four_live_longs_fit_in_callee_saved_registers() {
+    let s = sample("counter");
+    let alloc = regalloc::allocate(&s.module.functions[0]);
+    assert_eq!(alloc.spill_slots, 0);
+    for (index, ty) in s.module.functions[0].regs.iter().enumerate() {
+        if *ty == ValType::Long {
+            assert!(matches!(
+                alloc.location(Reg(index as u32)),
+                regalloc::Location::Register(6..=9)
+            ));
+        }
+    }
+}
+
+#[test]
+fn more_than_four_live_longs_spill() {
+    // Six values live at once (a..f) plus the running sum.
+    let s = sample("many_longs");
+    let function = &s.module.functions[0];
+    let alloc = regalloc::allocate(function);
+    assert!(alloc.spill_slots >= 2, "{alloc:?}");
+    let in_registers = alloc
+        .locations
+        .iter()
+        .filter(|l| matches!(l, regalloc::Location::Register(_)))
+        .count();
+    assert!(in_registers >= 4);
+    let object = bpf::compile(&s.module, &options()).unwrap();
+    assert_eq!(object.programs[0].stack_bytes, 176 + 8 * alloc.spill_slots);
+}
+
+#[test]
+fn registers_are_reused_after_their_last_use() {
+    // In the loop sample, `i` lives across the loop; constants die at once.
+    let s = sample("while_loop");
+    let alloc = regalloc::allocate(&s.module.functions[0]);
+    assert_eq!(alloc.spill_slots, 0);
+    let i = alloc.location(Reg(0));
+    assert!(matches!(i, regalloc::Location::Register(_)));
+}
+
+#[test]
+fn string_registers_get_scratch_slots() {
+    let s = sample("concat");
+    let function = &s.module.functions[0];
+    let alloc = regalloc::allocate(function);
+    let strings = function.regs.iter().filter(|t| **t == ValType::Str).count();
+    assert_eq!(alloc.string_slots as usize, strings);
+}
+
+// ----- diagnostics -----
+
+/// A one-probe module around `ops`, on the counter sample's probe.
+fn with_ops(regs: Vec<ValType>, ops: Vec<Op>) -> (Module, SourceMap) {
+    let s = sample("counter");
+    let mut module = s.module;
+    let span = module.functions[0].span;
+    let function = &mut module.functions[0];
+    function.regs = regs;
+    function.blocks = vec![ir::Block {
+        insts: ops.into_iter().map(|op| ir::Inst { op, span }).collect(),
+        term: Term::Return(None),
+        term_span: span,
+    }];
+    (module, s.map)
+}
+
+fn errors(module: &Module, map: &SourceMap) -> String {
+    match bpf::compile(module, &options()) {
+        Ok(_) => panic!("expected diagnostics"),
+        Err(diags) => render_plain(map, &diags),
+    }
+}
+
+#[test]
+fn unknown_kernel_builtins_are_unsupported_by_name() {
+    let (module, map) = with_ops(
+        vec![ValType::Long],
+        vec![Op::Builtin {
+            dst: Some(Reg(0)),
+            name: "get_cycles".into(),
+            args: vec![],
+        }],
+    );
+    let text = errors(&module, &map);
+    assert!(
+        text.contains("unsupported: get_cycles() in kernel probes"),
+        "{text}"
+    );
+}
+
+#[test]
+fn foreach_in_a_kernel_probe_is_unsupported() {
+    let s = sample("counter");
+    let (module, map) = with_ops(
+        vec![ValType::Long],
+        vec![Op::IterStart {
+            iter: ir::IterId(0),
+            global: stap_lang::sema::hir::GlobalId(0),
+            sort: Some(ir::Sort {
+                by: ir::SortBy::Value,
+                descending: true,
+            }),
+            limit: None,
+        }],
+    );
+    drop(s);
+    let text = errors(&module, &map);
+    assert!(
+        text.contains("unsupported: foreach in a kernel probe (move it to a host probe)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sprintf_directives_bpf_snprintf_lacks_are_named() {
+    let s = sample("sprintf");
+    let mut module = s.module;
+    module.formats[0].text = "%s-%d-%o".into();
+    let text = errors(&module, &s.map);
+    assert!(
+        text.contains("unsupported: %o in a sprintf format in kernel probes"),
+        "{text}"
+    );
+}
+
+#[test]
+fn too_much_stack_names_the_probe() {
+    // 60 longs all live at the end: 176 + 8 * 56 > 512.
+    let count = 60;
+    let mut ops: Vec<Op> = (0..count)
+        .map(|i| Op::ContextArg {
+            dst: Reg(i),
+            index: i % 4,
+        })
+        .collect();
+    ops.push(Op::Move {
+        dst: Reg(count),
+        src: Reg(0),
+    });
+    for i in 1..count {
+        ops.push(Op::Binary {
+            dst: Reg(count),
+            op: ir::BinOp::Add,
+            lhs: Reg(count),
+            rhs: Reg(i),
+        });
+    }
+    let (module, map) = with_ops(vec![ValType::Long; count as usize + 1], ops);
+    let text = errors(&module, &map);
+    assert!(
+        text.contains("probe kernel.trace(\"skb:kfree_skb\") needs")
+            && text.contains("bytes of BPF stack"),
+        "{text}"
+    );
+}
+
+#[test]
+fn out_of_bounds_test_switch_marks_the_first_statement() {
+    let s = sample("counter");
+    let object = bpf::compile(
+        &s.module,
+        &Options {
+            test_out_of_bounds: true,
+            ..options()
+        },
+    )
+    .unwrap();
+    let program = &object.programs[0];
+    let at = (0..program.insns.len())
+        .find(|i| bpf::insn::disassemble(&program.insns, *i) == "r0 = *(u64 *)(r10 - 520)")
+        .expect("the out-of-bounds read is emitted");
+    let span = program
+        .lines
+        .iter()
+        .rev()
+        .find(|(i, _)| *i <= at)
+        .unwrap()
+        .1;
+    assert_eq!(s.map.text(span), "drops[$location] <<< 1");
+}
+
+// ----- objects -----
+
+#[test]
+fn maps_follow_the_layout() {
+    let s = sample("classic_user_string");
+    let object: Object = bpf::compile(&s.module, &options()).unwrap();
+    let opens = &object.maps[0];
+    assert_eq!(
+        opens.role,
+        MapRole::Global(stap_lang::sema::hir::GlobalId(0))
+    );
+    assert_eq!(
+        (opens.map_type, opens.key_size, opens.value_size),
+        (1, 64, 8)
+    );
+    assert_eq!(opens.flags, 0, "preallocated");
+    assert!(matches!(
+        object.programs[0].attach,
+        AttachKind::Tracepoint { ref system, ref name } if system == "syscalls" && name == "sys_enter_openat"
+    ));
+    let profile = bpf::compile(&sample("profile_counter").module, &options()).unwrap();
+    assert_eq!(
+        profile.programs[0].attach,
+        AttachKind::PerfEvent {
+            perf_type: 1,
+            config: 0,
+            sample_period: 4_000_000
+        }
+    );
+    for program in object.programs.iter().chain(&profile.programs) {
+        assert!(program.name.len() <= 15);
+        assert!(program.stack_bytes <= 512);
+    }
+}
+
+fn lower(script: &str) -> (Module, SourceMap) {
+    let env = PreprocessEnv {
+        kernel: KernelVersion {
+            major: 6,
+            minor: 18,
+            patch: 0,
+            release: "6.18.0-test".into(),
+        },
+        arch: "x86_64".into(),
+        config: &|_| None,
+        args: &[],
+    };
+    let mut map = SourceMap::new();
+    let id = map.add("script.stp", script);
+    let parsed = parse_file(&map, id, &env);
+    assert!(
+        parsed.diags.is_empty(),
+        "{}",
+        render_plain(&map, &parsed.diags)
+    );
+    let (program, diags) = elaborate(
+        &[parsed.file],
+        &[],
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
+    let module =
+        ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    (module, map)
+}
+
+#[test]
+fn the_seed_script_compiles_with_its_function_inlined() {
+    let script = std::fs::read_to_string("../examples/drops.stp").unwrap();
+    let (module, map) = lower(&script);
+    let object =
+        bpf::compile(&module, &options()).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    assert_eq!(
+        object.programs.len(),
+        1,
+        "only the kfree_skb probe is kernel"
+    );
+    assert_eq!(
+        object.programs[0].attach,
+        AttachKind::RawTracepoint {
+            name: "kfree_skb".into()
+        }
+    );
+    // devname()'s sprintf("%s", ...) goes through the formats map.
+    let formats = object
+        .maps
+        .iter()
+        .find_map(|m| match &m.role {
+            MapRole::Formats(data) => Some(data.clone()),
+            _ => None,
+        })
+        .expect("a formats map");
+    assert!(formats.starts_with(b"%s\0"));
+    let listing = bpf::listing(&object, &map);
+    assert!(listing.contains("call snprintf#165"), "{listing}");
+    assert!(
+        listing.contains("; script.stp:7"),
+        "devname's lines are cited"
+    );
+}
+
+// ----- records -----
+
+fn le32(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn decode_printf_record() {
+    let s = sample("printf");
+    // "%s %d %s\n": text "bash", long 42, symbol 0xffffffff81000000.
+    let mut bytes = le32(&[records::KIND_PRINTF, 0, 0, 0]);
+    bytes.extend(le32(&[records::TAG_TEXT, 4]));
+    bytes.extend(b"bash\0\0\0\0");
+    bytes.extend(42i64.to_le_bytes());
+    bytes.extend(le32(&[records::TAG_SYMNAME, 8]));
+    bytes.extend(0xffff_ffff_8100_0000u64.to_le_bytes());
+    let len = bytes.len() as u32;
+    bytes[12..16].copy_from_slice(&len.to_le_bytes());
+    let record = records::decode(&bytes, &s.module, 64).unwrap();
+    assert_eq!(
+        record.body,
+        records::RecordBody::Printf {
+            format: ir::FormatId(0),
+            args: vec![
+                records::Arg::Str(b"bash"),
+                records::Arg::Long(42),
+                records::Arg::Symbol {
+                    addr: 0xffff_ffff_8100_0000,
+                    how: ir::SymbolText::Name
+                },
+            ]
+        }
+    );
+}
+
+#[test]
+fn decode_rejects_malformed_records() {
+    let s = sample("printf");
+    assert!(matches!(
+        records::decode(&[1, 2, 3], &s.module, 64),
+        Err(records::DecodeError::Truncated { .. })
+    ));
+    let unknown = le32(&[99, 0, 0, 16]);
+    assert_eq!(
+        records::decode(&unknown, &s.module, 64),
+        Err(records::DecodeError::UnknownKind(99))
+    );
+    // A text length past MAXSTRINGLEN.
+    let mut long_text = le32(&[records::KIND_PRINTF, 0, 0, 0, records::TAG_TEXT, 1000]);
+    long_text.resize(64, 0);
+    long_text[12..16].copy_from_slice(&64u32.to_le_bytes());
+    assert_eq!(
+        records::decode(&long_text, &s.module, 64),
+        Err(records::DecodeError::BadLength(1000))
+    );
+    // A header whose length runs past the bytes.
+    let short = le32(&[records::KIND_EXIT, 0, 0, 64]);
+    assert!(records::decode(&short, &s.module, 64).is_err());
+}
+
+#[test]
+fn decode_exit_and_error_records() {
+    let s = sample("division");
+    let exit = le32(&[records::KIND_EXIT, 0, 3, 16]);
+    let record = records::decode(&exit, &s.module, 64).unwrap();
+    assert_eq!((record.probe, record.body), (3, records::RecordBody::Exit));
+    let mut error = le32(&[
+        records::KIND_ERROR,
+        records::ERROR_KERNEL_READ,
+        0,
+        40,
+        0,
+        5,
+        9,
+        0,
+    ]);
+    error.extend(0x1060u64.to_le_bytes());
+    let record = records::decode(&error, &s.module, 64).unwrap();
+    let records::RecordBody::Error { kind, span } = record.body else {
+        panic!()
+    };
+    assert_eq!(kind, records::ErrorKind::KernelRead(0x1060));
+    assert_eq!((span.start, span.end), (5, 9));
+    assert_eq!(kind.message(), "kernel read fault at 0x1060");
+}

@@ -1,0 +1,334 @@
+//! Attaching loaded programs to their events, one small function per
+//! [`AttachKind`]. Everything is owned by file descriptors (links and perf
+//! events): no bpffs pins, no tracefs `kprobe_events`/`uprobe_events`
+//! writes, so a killed stap-rs leaves nothing behind.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use stap_lang::bpf::{AttachKind, Object};
+
+use crate::load::{Loaded, point_text};
+use crate::sys::{self, PerfEvent};
+use crate::tracefs::Tracefs;
+use crate::uprobe;
+
+const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
+
+/// Attached programs. Dropping it detaches everything (closing the link
+/// and perf event fds).
+#[derive(Debug, Default)]
+pub struct Attached {
+    /// Per program: the fds keeping it attached.
+    attachments: Vec<Attachment>,
+}
+
+#[derive(Debug)]
+struct Attachment {
+    /// A duplicate of the program fd, for run statistics.
+    program: OwnedFd,
+    /// Links or perf event fds.
+    fds: Vec<OwnedFd>,
+}
+
+impl Attached {
+    /// Events whose handler did not run: BPF recursion misses (a program
+    /// already running on that CPU) summed over every program. Kprobe
+    /// misses are not included: the kprobe PMU does not expose them
+    /// through an fd before kernel 6.7's link info.
+    pub fn skipped(&self) -> u64 {
+        self.attachments
+            .iter()
+            .filter_map(|a| sys::prog_info(a.program.as_fd()).ok())
+            .map(|info| info.recursion_misses)
+            .sum()
+    }
+
+    /// The number of kernel attachments (links and perf events) held.
+    pub fn attachment_count(&self) -> usize {
+        self.attachments.iter().map(|a| a.fds.len()).sum()
+    }
+}
+
+/// Closing waits for an RCU grace period per classic tracepoint perf event
+/// (50-85 ms each here); closing from several threads lets those waits
+/// overlap instead of adding up.
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let mut fds: Vec<OwnedFd> = self.attachments.drain(..).flat_map(|a| a.fds).collect();
+        if fds.len() <= 1 {
+            return;
+        }
+        let threads = fds.len().min(MAX_CLOSE_THREADS);
+        let per_thread = fds.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            while !fds.is_empty() {
+                let chunk: Vec<OwnedFd> = fds.drain(..per_thread.min(fds.len())).collect();
+                // If no thread can be spawned the chunk is closed right here.
+                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || drop(chunk));
+                drop(spawned);
+            }
+        });
+    }
+}
+
+const MAX_CLOSE_THREADS: usize = 16;
+
+/// Why a probe could not be attached.
+#[derive(Debug)]
+pub struct AttachError {
+    /// Index into `Object::programs`.
+    pub program: usize,
+    /// The probe point, in script syntax.
+    pub probe: String,
+    pub reason: String,
+}
+
+impl fmt::Display for AttachError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot attach probe {}: {}", self.probe, self.reason)
+    }
+}
+
+impl std::error::Error for AttachError {}
+
+/// Attaches every program of `object`; on an error, what was attached so
+/// far is detached again.
+pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError> {
+    let mut attached = Attached::default();
+    for (index, (program, fd)) in object.programs.iter().zip(&loaded.programs).enumerate() {
+        let error = |reason: String| AttachError {
+            program: index,
+            probe: point_text(&program.attach),
+            reason,
+        };
+        let fds = attach_one(&program.attach, fd.as_fd()).map_err(error)?;
+        let program = fd.try_clone().map_err(|e| AttachError {
+            program: index,
+            probe: point_text(&program.attach),
+            reason: format!("duplicating the program fd: {e}"),
+        })?;
+        attached.attachments.push(Attachment { program, fds });
+    }
+    Ok(attached)
+}
+
+fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, String> {
+    match kind {
+        AttachKind::RawTracepoint { name } => raw_tracepoint(prog, name).map(|fd| vec![fd]),
+        AttachKind::Tracepoint { system, name } => {
+            tracepoint(prog, system, name).map(|fd| vec![fd])
+        }
+        AttachKind::PerfEvent {
+            perf_type,
+            config,
+            sample_period,
+        } => perf_event(prog, *perf_type, *config, *sample_period),
+        AttachKind::Kprobe {
+            function,
+            is_return,
+        } => kprobe(prog, function, *is_return).map(|fd| vec![fd]),
+        AttachKind::Fentry { function, .. } => fentry(prog, function).map(|fd| vec![fd]),
+        AttachKind::Uprobe {
+            path,
+            function,
+            is_return,
+        } => uprobe(prog, Path::new(path), function, *is_return).map(|fd| vec![fd]),
+    }
+}
+
+/// "Operation not permitted (os error 1)" → "Operation not permitted (EPERM)".
+fn os_error(error: &io::Error) -> String {
+    let text = error.to_string();
+    let text = text.split(" (os error").next().unwrap_or_default();
+    format!("{text} ({})", sys::errno_name(error))
+}
+
+fn raw_tracepoint(prog: BorrowedFd, name: &str) -> Result<OwnedFd, String> {
+    sys::raw_tracepoint_open(prog, Some(name)).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => format!("the kernel has no raw tracepoint {name}"),
+        _ => format!("BPF_RAW_TRACEPOINT_OPEN {name}: {}", os_error(&e)),
+    })
+}
+
+/// A classic tracepoint: one perf event (the program runs for hits on every
+/// CPU: it hangs off the tracepoint, not the event), pid -1 and CPU 0.
+fn tracepoint(prog: BorrowedFd, system: &str, name: &str) -> Result<OwnedFd, String> {
+    let id = tracepoint_id(system, name)?;
+    let event = PerfEvent {
+        perf_type: sys::PERF_TYPE_TRACEPOINT,
+        config: id,
+        sample_period: 1,
+        ..PerfEvent::default()
+    };
+    open_and_attach(prog, &event, 0, &format!("tracepoint {system}:{name}"))
+}
+
+fn tracepoint_id(system: &str, name: &str) -> Result<u64, String> {
+    let plain = |s: &str| !s.is_empty() && !s.contains('/') && s != "." && s != "..";
+    if !plain(system) || !plain(name) {
+        return Err(format!("{system}:{name} is not a tracepoint name"));
+    }
+    let tracefs = Tracefs::find().map_err(|e| e.to_string())?;
+    let path = tracefs
+        .root()
+        .join("events")
+        .join(system)
+        .join(name)
+        .join("id");
+    let text = fs::read_to_string(&path)
+        .map_err(|e| format!("no tracepoint {system}:{name} ({}: {e})", path.display()))?;
+    text.trim()
+        .parse()
+        .map_err(|_| format!("{}: not a number: {text:?}", path.display()))
+}
+
+/// Opens `event` (pid -1 on `cpu`), runs `prog` on it and enables it.
+fn open_and_attach(
+    prog: BorrowedFd,
+    event: &PerfEvent,
+    cpu: u32,
+    what: &str,
+) -> Result<OwnedFd, String> {
+    let fd = sys::perf_event_open(event, -1, cpu as i32)
+        .map_err(|e| format!("perf_event_open for {what} on CPU {cpu}: {}", os_error(&e)))?;
+    sys::perf_event_set_bpf(fd.as_fd(), prog)
+        .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
+    sys::perf_event_enable(fd.as_fd()).map_err(|e| format!("enabling {what}: {}", os_error(&e)))?;
+    Ok(fd)
+}
+
+/// Sampling events (timer.profile, perf.*): one per online CPU.
+fn perf_event(
+    prog: BorrowedFd,
+    perf_type: u32,
+    config: u64,
+    sample_period: u64,
+) -> Result<Vec<OwnedFd>, String> {
+    let cpus = sys::online_cpus().map_err(|e| format!("reading the online CPUs: {e}"))?;
+    let event = PerfEvent {
+        perf_type,
+        config,
+        sample_period: sample_period.max(1),
+        ..PerfEvent::default()
+    };
+    let what = format!("perf event type {perf_type} config {config}");
+    cpus.into_iter()
+        .map(|cpu| open_and_attach(prog, &event, cpu, &what))
+        .collect()
+}
+
+/// A dynamic PMU (`kprobe`, `uprobe`): its type and the config bit that
+/// makes a return probe.
+fn probe_pmu(name: &str) -> io::Result<(u32, u64)> {
+    let dir = Path::new(EVENT_SOURCES).join(name);
+    let perf_type = fs::read_to_string(dir.join("type"))?
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "bad PMU type"))?;
+    // "config:0" → bit 0 of config.
+    let retprobe_bit = fs::read_to_string(dir.join("format/retprobe"))
+        .ok()
+        .and_then(|text| text.trim().strip_prefix("config:")?.parse::<u32>().ok())
+        .filter(|bit| *bit < 64)
+        .unwrap_or(0);
+    Ok((perf_type, 1 << retprobe_bit))
+}
+
+fn kprobe(prog: BorrowedFd, function: &str, is_return: bool) -> Result<OwnedFd, String> {
+    let (perf_type, retprobe) = probe_pmu("kprobe").map_err(|_| {
+        format!(
+            "kprobes are not available: no kprobe PMU ({EVENT_SOURCES}/kprobe), \
+             the kernel was built without CONFIG_KPROBES"
+        )
+    })?;
+    let event = PerfEvent {
+        perf_type,
+        config: if is_return { retprobe } else { 0 },
+        sample_period: 1,
+        probe_name: Some(function.to_string()),
+        probe_offset: 0,
+        ..PerfEvent::default()
+    };
+    open_and_attach(prog, &event, 0, &format!("kprobe on {function}")).map_err(|e| {
+        if e.contains("ENOENT") || e.contains("EINVAL") {
+            format!("{e}; is {function} a traceable (non-inlined, non-notrace) kernel function?")
+        } else {
+            e
+        }
+    })
+}
+
+/// fentry/fexit: the target was fixed at load time (attach_btf_id).
+fn fentry(prog: BorrowedFd, function: &str) -> Result<OwnedFd, String> {
+    sys::raw_tracepoint_open(prog, None).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => format!(
+            "the kernel refused a BPF trampoline on {function} ({}): \
+             lockdown or a kernel policy forbids fentry/fexit",
+            os_error(&e)
+        ),
+        _ => format!("attaching to {function}: {}", os_error(&e)),
+    })
+}
+
+fn uprobe(
+    prog: BorrowedFd,
+    path: &Path,
+    function: &str,
+    is_return: bool,
+) -> Result<OwnedFd, String> {
+    let offset = uprobe::function_offset(path, function).map_err(|e| e.to_string())?;
+    let (perf_type, retprobe) = probe_pmu("uprobe").map_err(|_| {
+        format!(
+            "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \
+             the kernel was built without CONFIG_UPROBE_EVENTS"
+        )
+    })?;
+    let event = PerfEvent {
+        perf_type,
+        config: if is_return { retprobe } else { 0 },
+        sample_period: 1,
+        probe_name: Some(path.to_string_lossy().into_owned()),
+        probe_offset: offset,
+        ..PerfEvent::default()
+    };
+    open_and_attach(
+        prog,
+        &event,
+        0,
+        &format!("uprobe on {}:{function}", path.display()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_probe() {
+        let error = AttachError {
+            program: 0,
+            probe: "kernel.function(\"tcp_v4_connect\")".into(),
+            reason: "kprobes are not available".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "cannot attach probe kernel.function(\"tcp_v4_connect\"): kprobes are not available"
+        );
+    }
+
+    #[test]
+    fn tracepoint_names_stay_inside_tracefs() {
+        assert!(tracepoint_id("..", "x").is_err());
+        assert!(tracepoint_id("a/b", "x").is_err());
+    }
+
+    #[test]
+    fn os_errors_carry_the_errno_name() {
+        let e = io::Error::from_raw_os_error(libc::EPERM);
+        assert_eq!(os_error(&e), "Operation not permitted (EPERM)");
+    }
+}

@@ -1,0 +1,347 @@
+//! Built-in functions evaluated on the host. JIT code calls them through
+//! `rtlib::stap_builtin` with an index into [`TABLE`], resolved at compile
+//! time, so an unknown name is a compile error rather than a run-time one.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::globals::Value;
+use super::{HostRuntime, RuntimeError, rtlib};
+
+/// Every built-in the host implements.
+pub const TABLE: &[&str] = &[
+    "strlen",
+    "substr",
+    "isinstr",
+    "strpos",
+    "str_replace",
+    "tokenize",
+    "text_str",
+    "stringat",
+    "strtol",
+    "string_quoted",
+    "isdigit",
+    "abs",
+    "gettimeofday_s",
+    "gettimeofday_ms",
+    "gettimeofday_us",
+    "gettimeofday_ns",
+    "ktime_get_ns",
+    "local_clock_ns",
+    "get_cycles",
+    "ctime",
+    "tz_ctime",
+    "pid",
+    "tid",
+    "ppid",
+    "uid",
+    "gid",
+    "euid",
+    "execname",
+    "target",
+    "cpu",
+    "symname",
+    "symdata",
+    "modname",
+    "exit",
+    "error",
+    "warn",
+    "log",
+    "print",
+    "println",
+    "sprint",
+    "sprintln",
+    "printd",
+    "printdln",
+    "sprintd",
+    "assert",
+    "abort",
+    "pp",
+    "cmdline_str",
+];
+
+pub fn lookup(name: &str) -> Option<usize> {
+    TABLE.iter().position(|n| *n == name)
+}
+
+fn text(v: &Value) -> Vec<u8> {
+    match v {
+        Value::Str(s) => s.to_vec(),
+        Value::Long(n) => n.to_string().into_bytes(),
+    }
+}
+
+fn long(args: &[Value], i: usize) -> i64 {
+    args.get(i).map_or(0, Value::long)
+}
+
+fn bytes(args: &[Value], i: usize) -> &[u8] {
+    match args.get(i) {
+        Some(Value::Str(s)) => s,
+        _ => &[],
+    }
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Runs built-in `id`. Void built-ins return 0.
+pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, RuntimeError> {
+    let name = *TABLE
+        .get(id)
+        .ok_or_else(|| RuntimeError::Internal(format!("no built-in {id}")))?;
+    let s = |b: Vec<u8>| Ok(Value::Str(b.into()));
+    let l = |n: i64| Ok(Value::Long(n));
+    match name {
+        "strlen" => l(bytes(args, 0).len() as i64),
+        "substr" => {
+            let src = bytes(args, 0);
+            let start = long(args, 1).clamp(0, src.len() as i64) as usize;
+            let len = long(args, 2).max(0) as usize;
+            s(src[start..src.len().min(start.saturating_add(len))].to_vec())
+        }
+        "isinstr" => l(find(bytes(args, 0), bytes(args, 1)).is_some() as i64),
+        "strpos" => l(find(bytes(args, 0), bytes(args, 1)).map_or(-1, |i| i as i64)),
+        "str_replace" => {
+            let (src, from, to) = (bytes(args, 0), bytes(args, 1), bytes(args, 2));
+            if from.is_empty() {
+                return s(src.to_vec());
+            }
+            let mut out = Vec::new();
+            let mut rest = src;
+            while let Some(i) = find(rest, from) {
+                out.extend_from_slice(&rest[..i]);
+                out.extend_from_slice(to);
+                rest = &rest[i + from.len()..];
+            }
+            out.extend_from_slice(rest);
+            s(out)
+        }
+        "tokenize" => {
+            let input = bytes(args, 0);
+            if !input.is_empty() {
+                rt.tokenize_rest = input.to_vec();
+            }
+            let delims = bytes(args, 1).to_vec();
+            let rest = std::mem::take(&mut rt.tokenize_rest);
+            let start = rest
+                .iter()
+                .position(|b| !delims.contains(b))
+                .unwrap_or(rest.len());
+            let end = rest[start..]
+                .iter()
+                .position(|b| delims.contains(b))
+                .map_or(rest.len(), |i| start + i);
+            rt.tokenize_rest = rest[end..].to_vec();
+            s(rest[start..end].to_vec())
+        }
+        "text_str" => s(escape(bytes(args, 0))),
+        "string_quoted" => {
+            let mut out = vec![b'"'];
+            out.extend(escape(bytes(args, 0)));
+            out.push(b'"');
+            s(out)
+        }
+        "stringat" => {
+            let src = bytes(args, 0);
+            let i = long(args, 1);
+            match usize::try_from(i).ok().and_then(|i| src.get(i)) {
+                Some(b) => l(*b as i64),
+                None => Err(RuntimeError::Explicit(format!(
+                    "Position {i} is out of bounds for string of length {}",
+                    src.len()
+                ))),
+            }
+        }
+        "strtol" => {
+            let text = String::from_utf8_lossy(bytes(args, 0)).trim().to_string();
+            let base = long(args, 1);
+            let (neg, digits) = match text.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, text.strip_prefix('+').unwrap_or(&text)),
+            };
+            let digits = if base == 16 {
+                digits.trim_start_matches("0x").trim_start_matches("0X")
+            } else {
+                digits
+            };
+            let radix = if (2..=36).contains(&base) {
+                base as u32
+            } else {
+                10
+            };
+            let valid: String = digits.chars().take_while(|c| c.is_digit(radix)).collect();
+            let n = i64::from_str_radix(&valid, radix).unwrap_or(0);
+            l(if neg { n.wrapping_neg() } else { n })
+        }
+        "isdigit" => l(bytes(args, 0).first().is_some_and(u8::is_ascii_digit) as i64),
+        "abs" => l(long(args, 0).wrapping_abs()),
+        "gettimeofday_s" => l(now_ns() / 1_000_000_000),
+        "gettimeofday_ms" => l(now_ns() / 1_000_000),
+        "gettimeofday_us" => l(now_ns() / 1_000),
+        "gettimeofday_ns" => l(now_ns()),
+        "ktime_get_ns" | "local_clock_ns" | "get_cycles" => l(clock_ns(libc::CLOCK_MONOTONIC)),
+        "ctime" => s(ctime(long(args, 0), false).into_bytes()),
+        "tz_ctime" => s(ctime(long(args, 0), true).into_bytes()),
+        // Host probes run in stap-rs itself, as stap's begin probes run in
+        // its own process context.
+        "pid" => l(std::process::id() as i64),
+        // SAFETY (the libc calls below): plain getters without arguments.
+        "tid" => l(unsafe { libc::gettid() } as i64),
+        "ppid" => l(unsafe { libc::getppid() } as i64),
+        "uid" => l(unsafe { libc::getuid() } as i64),
+        "gid" => l(unsafe { libc::getgid() } as i64),
+        "euid" => l(unsafe { libc::geteuid() } as i64),
+        "cpu" => l(unsafe { libc::sched_getcpu() }.max(0) as i64),
+        "execname" => s(std::fs::read("/proc/self/comm")
+            .map(|mut c| {
+                c.retain(|b| *b != b'\n');
+                c
+            })
+            .unwrap_or_else(|_| b"stap-rs".to_vec())),
+        "cmdline_str" => s(std::env::args().collect::<Vec<_>>().join(" ").into_bytes()),
+        "target" => l(rt.target),
+        "pp" => s(b"begin".to_vec()),
+        "symname" => s(rt.symbols.name(long(args, 0) as u64).into_bytes()),
+        "symdata" => s(rt.symbols.data(long(args, 0) as u64).into_bytes()),
+        "modname" => s(rt.symbols.module(long(args, 0) as u64).into_bytes()),
+        "exit" => {
+            rt.exit_requested = true;
+            l(0)
+        }
+        "abort" => {
+            rt.exit_requested = true;
+            l(0)
+        }
+        "error" => Err(RuntimeError::Explicit(
+            String::from_utf8_lossy(bytes(args, 0)).into_owned(),
+        )),
+        "assert" => {
+            if long(args, 0) == 0 {
+                let msg = match args.get(1) {
+                    Some(Value::Str(m)) => String::from_utf8_lossy(m).into_owned(),
+                    _ => "assertion failed".into(),
+                };
+                Err(RuntimeError::Explicit(msg))
+            } else {
+                l(0)
+            }
+        }
+        "warn" => {
+            eprintln!("WARNING: {}", String::from_utf8_lossy(bytes(args, 0)));
+            l(0)
+        }
+        "log" | "println" | "print" | "printd" | "printdln" => {
+            let mut out = joined(name, args);
+            if matches!(name, "log" | "println" | "printdln") {
+                out.push(b'\n');
+            }
+            rtlib::write_output(rt, &out);
+            l(0)
+        }
+        "sprint" | "sprintln" | "sprintd" => {
+            let mut out = joined(name, args);
+            if name == "sprintln" {
+                out.push(b'\n');
+            }
+            s(out)
+        }
+        other => Err(RuntimeError::Unsupported(format!("{other}() on the host"))),
+    }
+}
+
+/// The text of a print-family call: `printd`/`sprintd` join with their
+/// first argument, the others concatenate.
+fn joined(name: &str, args: &[Value]) -> Vec<u8> {
+    let (sep, values) = match name {
+        "printd" | "printdln" | "sprintd" => (
+            args.first().map(text).unwrap_or_default(),
+            args.get(1..).unwrap_or(&[]),
+        ),
+        _ => (Vec::new(), args),
+    };
+    let mut out = Vec::new();
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(&sep);
+        }
+        out.extend(text(v));
+    }
+    out
+}
+
+/// `text_str`: C-style escapes for non-printable bytes.
+fn escape(src: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &b in src {
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            0x20..=0x7e => out.push(b),
+            _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+        }
+    }
+    out
+}
+
+/// `ctime`: `Thu Jan  1 00:00:00 1970` (UTC, or local time for `tz_ctime`).
+fn ctime(secs: i64, local: bool) -> String {
+    let t = secs as libc::time_t;
+    // SAFETY: zeroed `tm` is a valid output buffer for the _r functions.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    let ok = unsafe {
+        if local {
+            !libc::localtime_r(&t, &mut tm).is_null()
+        } else {
+            !libc::gmtime_r(&t, &mut tm).is_null()
+        }
+    };
+    if !ok {
+        return "<invalid time>".into();
+    }
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let mut text = format!(
+        "{} {} {:2} {:02}:{:02}:{:02} {}",
+        DAYS[tm.tm_wday.rem_euclid(7) as usize],
+        MONTHS[tm.tm_mon.rem_euclid(12) as usize],
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        tm.tm_year as i64 + 1900
+    );
+    if local && !tm.tm_zone.is_null() {
+        // SAFETY: tm_zone points to a NUL-terminated zone name from libc.
+        let zone = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) };
+        text = format!("{text} {}", zone.to_string_lossy());
+    }
+    text
+}

@@ -1,0 +1,62 @@
+//! Run-time errors of host code, worded as stap words them.
+
+use std::fmt;
+
+/// Why a host handler stopped. `Display` gives stap's message text; the
+/// session prefixes it with `ERROR: ` and counts it against MAXERRORS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeError {
+    DivisionByZero,
+    /// More than MAXACTION statements in one probe hit.
+    MaxAction,
+    /// Function calls nested deeper than MAXNESTING.
+    MaxNesting,
+    /// `@avg`, `@min`, `@max`, `@variance` of a statistic with no samples.
+    EmptyAggregate,
+    /// An array already holds MAXMAPENTRIES (or its declared size) elements.
+    ArrayFull {
+        global: String,
+        max_entries: u64,
+    },
+    /// `error(msg)`.
+    Explicit(String),
+    /// A built-in the host cannot evaluate.
+    Unsupported(String),
+    /// A BPF map operation on a kernel-shared global failed.
+    Map {
+        global: String,
+        message: String,
+    },
+    /// A printf format could not be applied (pass 2 checks formats, so this
+    /// means the IR and the format disagree).
+    Format(String),
+    /// The program does not match the runtime (bad ids in the IR).
+    Internal(String),
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RuntimeError::DivisionByZero => f.write_str("division by zero"),
+            RuntimeError::MaxAction => f.write_str("MAXACTION exceeded"),
+            RuntimeError::MaxNesting => f.write_str("MAXNESTING exceeded"),
+            RuntimeError::EmptyAggregate => f.write_str("empty aggregate"),
+            RuntimeError::ArrayFull {
+                global,
+                max_entries,
+            } => write!(
+                f,
+                "Array overflow, check MAXMAPENTRIES (array `{global}` holds {max_entries} elements)"
+            ),
+            RuntimeError::Explicit(msg) => f.write_str(msg),
+            RuntimeError::Unsupported(what) => write!(f, "unsupported: {what}"),
+            RuntimeError::Map { global, message } => {
+                write!(f, "map operation on `{global}` failed: {message}")
+            }
+            RuntimeError::Format(msg) => write!(f, "bad format: {msg}"),
+            RuntimeError::Internal(msg) => write!(f, "internal error: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {}

@@ -1,0 +1,415 @@
+//! Every global's storage. Host-only globals live in hash tables here;
+//! kernel-touched ones live in BPF maps (the session creates them and hands
+//! over the fds) and are read and written through [`BpfMapOps`], in the
+//! byte layout of `stap_lang::bpf::layout`.
+
+use std::rc::Rc;
+
+use hashbrown::HashMap;
+use stap_lang::bpf::layout::{self, StatLayout};
+use stap_lang::ir::{self, Constant, Module, Op, StatValue, Storage, ValType};
+use stap_lang::sema::hir::GlobalId;
+
+use super::error::RuntimeError;
+use super::kmap::{BpfMapOps, KernelMap};
+use super::stats::{Aggregate, StatShape};
+
+/// A long or a string: an array key part or element value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Value {
+    Long(i64),
+    Str(Box<[u8]>),
+}
+
+impl Value {
+    pub fn zero(ty: ValType) -> Value {
+        match ty {
+            ValType::Long => Value::Long(0),
+            ValType::Str => Value::Str(Box::default()),
+        }
+    }
+
+    pub fn long(&self) -> i64 {
+        match self {
+            Value::Long(n) => *n,
+            Value::Str(_) => 0,
+        }
+    }
+}
+
+/// An element key: one value per declared key type.
+pub type Key = Box<[Value]>;
+
+/// One element of a foreach snapshot.
+#[derive(Debug, Clone)]
+pub struct Element {
+    pub key: Key,
+    /// The value (arrays) or the aggregate (statistics arrays).
+    pub value: ElementValue,
+}
+
+#[derive(Debug, Clone)]
+pub enum ElementValue {
+    Plain(Value),
+    Stat(Box<Aggregate>),
+}
+
+enum Store {
+    Scalar(Value),
+    Array(HashMap<Key, Value>),
+    /// One slot vector per key (host statistics are a single "CPU").
+    Stats(HashMap<Key, Vec<i64>>),
+    Kernel(KernelMap),
+}
+
+struct Slot {
+    name: String,
+    storage: Storage,
+    /// Statistics only.
+    shape: Option<StatShape>,
+    store: Store,
+}
+
+pub struct Globals {
+    slots: Vec<Slot>,
+    max_string_len: usize,
+}
+
+impl Globals {
+    /// Every global in a host table, initialised from its `init` value.
+    /// Kernel-touched globals move to their BPF maps with
+    /// [`Globals::attach_kernel_map`].
+    pub fn new(module: &Module) -> Globals {
+        let shifts = variance_shifts(module);
+        let slots = module
+            .globals
+            .iter()
+            .enumerate()
+            .map(|(i, g)| {
+                let shape = match &g.storage {
+                    Storage::Stats { needs, .. } => Some(StatShape {
+                        layout: StatLayout::new(needs),
+                        shift: shifts.get(&(i as u32)).copied().unwrap_or(0),
+                    }),
+                    _ => None,
+                };
+                let store = match (&g.storage, &g.init) {
+                    (Storage::Scalar(_), Some(Constant::Long(n))) => Store::Scalar(Value::Long(*n)),
+                    (Storage::Scalar(_), Some(Constant::String(s))) => {
+                        Store::Scalar(Value::Str(s.as_bytes().into()))
+                    }
+                    (Storage::Scalar(ty), None) => Store::Scalar(Value::zero(*ty)),
+                    (Storage::Array { .. }, _) => Store::Array(HashMap::new()),
+                    (Storage::Stats { .. }, _) => Store::Stats(HashMap::new()),
+                };
+                Slot {
+                    name: g.name.clone(),
+                    storage: g.storage.clone(),
+                    shape,
+                    store,
+                }
+            })
+            .collect();
+        Globals {
+            slots,
+            max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
+        }
+    }
+
+    /// Moves global `id` to the BPF map `fd` (created by the session with
+    /// `layout::map_sizes`). A scalar's current value (its init or `-G`
+    /// value) is written to the map first.
+    pub fn attach_kernel_map(
+        &mut self,
+        id: GlobalId,
+        fd: i32,
+        ops: Rc<dyn BpfMapOps>,
+    ) -> Result<(), RuntimeError> {
+        let max_string_len = self.max_string_len;
+        let slot = self.slot_mut(id)?;
+        let map = KernelMap::new(
+            fd,
+            ops,
+            slot.storage.clone(),
+            slot.shape,
+            max_string_len as u32,
+            slot.name.clone(),
+        );
+        if let Store::Scalar(value) = &slot.store {
+            map.store_scalar(value)?;
+        }
+        slot.store = Store::Kernel(map);
+        Ok(())
+    }
+
+    pub fn name(&self, id: GlobalId) -> &str {
+        self.slots
+            .get(id.0 as usize)
+            .map_or("?", |s| s.name.as_str())
+    }
+
+    pub fn storage(&self, id: GlobalId) -> Option<&Storage> {
+        self.slots.get(id.0 as usize).map(|s| &s.storage)
+    }
+
+    fn slot(&self, id: GlobalId) -> Result<&Slot, RuntimeError> {
+        self.slots
+            .get(id.0 as usize)
+            .ok_or_else(|| RuntimeError::Internal(format!("no global {}", id.0)))
+    }
+
+    fn slot_mut(&mut self, id: GlobalId) -> Result<&mut Slot, RuntimeError> {
+        self.slots
+            .get_mut(id.0 as usize)
+            .ok_or_else(|| RuntimeError::Internal(format!("no global {}", id.0)))
+    }
+
+    pub fn load(&self, id: GlobalId) -> Result<Value, RuntimeError> {
+        match &self.slot(id)?.store {
+            Store::Scalar(v) => Ok(v.clone()),
+            Store::Kernel(map) => map.load_scalar(),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn store(&mut self, id: GlobalId, value: Value) -> Result<(), RuntimeError> {
+        match &mut self.slot_mut(id)?.store {
+            Store::Scalar(v) => {
+                *v = value;
+                Ok(())
+            }
+            Store::Kernel(map) => map.store_scalar(&value),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn map_get(&self, id: GlobalId, key: &[Value]) -> Result<Option<Value>, RuntimeError> {
+        match &self.slot(id)?.store {
+            Store::Array(table) => Ok(table.get(key).cloned()),
+            Store::Kernel(map) => map.get(key),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn map_set(&mut self, id: GlobalId, key: Key, value: Value) -> Result<(), RuntimeError> {
+        let slot = self.slot_mut(id)?;
+        let (max_entries, wrap) = match slot.storage {
+            Storage::Array {
+                max_entries, wrap, ..
+            } => (max_entries, wrap),
+            _ => (u64::MAX, false),
+        };
+        match &mut slot.store {
+            Store::Array(table) => {
+                if table.len() as u64 >= max_entries && !table.contains_key(&key) {
+                    if !wrap {
+                        return Err(RuntimeError::ArrayFull {
+                            global: slot.name.clone(),
+                            max_entries,
+                        });
+                    }
+                    // `%` arrays make room; hash tables keep no insertion
+                    // order, so an arbitrary element goes.
+                    if let Some(victim) = table.keys().next().cloned() {
+                        table.remove(&victim);
+                    }
+                }
+                table.insert(key, value);
+                Ok(())
+            }
+            Store::Kernel(map) => map.set(&key, &value),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn map_delete(&mut self, id: GlobalId, key: &[Value]) -> Result<(), RuntimeError> {
+        match &mut self.slot_mut(id)?.store {
+            Store::Array(table) => {
+                table.remove(key);
+                Ok(())
+            }
+            Store::Stats(table) => {
+                table.remove(key);
+                Ok(())
+            }
+            Store::Kernel(map) => map.delete(key),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn map_contains(&self, id: GlobalId, key: &[Value]) -> Result<bool, RuntimeError> {
+        match &self.slot(id)?.store {
+            Store::Array(table) => Ok(table.contains_key(key)),
+            Store::Stats(table) => Ok(table.contains_key(key)),
+            Store::Kernel(map) => map.contains(key),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    /// `delete g`: empties an array or statistic, resets a scalar.
+    pub fn clear(&mut self, id: GlobalId) -> Result<(), RuntimeError> {
+        let slot = self.slot_mut(id)?;
+        match &mut slot.store {
+            Store::Scalar(v) => {
+                *v = match v {
+                    Value::Long(_) => Value::Long(0),
+                    Value::Str(_) => Value::Str(Box::default()),
+                };
+                Ok(())
+            }
+            Store::Array(table) => {
+                table.clear();
+                Ok(())
+            }
+            Store::Stats(table) => {
+                table.clear();
+                Ok(())
+            }
+            Store::Kernel(map) => map.clear(),
+        }
+    }
+
+    pub fn stat_add(&mut self, id: GlobalId, key: Key, value: i64) -> Result<(), RuntimeError> {
+        let slot = self.slot_mut(id)?;
+        let shape = slot.shape.ok_or_else(|| wrong_kind(id))?;
+        let max_entries = match slot.storage {
+            Storage::Stats { max_entries, .. } => max_entries,
+            _ => u64::MAX,
+        };
+        match &mut slot.store {
+            Store::Stats(table) => {
+                let full = table.len() as u64 >= max_entries && !key.is_empty();
+                let slots = match table.get_mut(&key) {
+                    Some(slots) => slots,
+                    None if full => {
+                        return Err(RuntimeError::ArrayFull {
+                            global: slot.name.clone(),
+                            max_entries,
+                        });
+                    }
+                    None => table.entry(key).or_insert_with(|| shape.empty()),
+                };
+                shape.add(slots, value);
+                Ok(())
+            }
+            Store::Kernel(map) => map.stat_add(&key, value),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    /// The statistic at `key` combined over CPUs (empty if absent).
+    pub fn stat(&self, id: GlobalId, key: &[Value]) -> Result<Aggregate, RuntimeError> {
+        let slot = self.slot(id)?;
+        let shape = slot.shape.ok_or_else(|| wrong_kind(id))?;
+        match &slot.store {
+            Store::Stats(table) => Ok(match table.get(key) {
+                Some(slots) => shape.aggregate([slots.as_slice()]),
+                None => shape.aggregate([shape.empty().as_slice()]),
+            }),
+            Store::Kernel(map) => map.stat(key),
+            _ => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn stat_get(
+        &self,
+        id: GlobalId,
+        key: &[Value],
+        what: StatValue,
+    ) -> Result<i64, RuntimeError> {
+        self.stat(id, key)?.get(what)
+    }
+
+    /// Every element, for a foreach snapshot (unsorted).
+    pub fn elements(&self, id: GlobalId) -> Result<Vec<Element>, RuntimeError> {
+        let slot = self.slot(id)?;
+        match &slot.store {
+            Store::Array(table) => Ok(table
+                .iter()
+                .map(|(k, v)| Element {
+                    key: k.clone(),
+                    value: ElementValue::Plain(v.clone()),
+                })
+                .collect()),
+            Store::Stats(table) => {
+                let shape = slot.shape.ok_or_else(|| wrong_kind(id))?;
+                Ok(table
+                    .iter()
+                    .map(|(k, slots)| Element {
+                        key: k.clone(),
+                        value: ElementValue::Stat(Box::new(shape.aggregate([slots.as_slice()]))),
+                    })
+                    .collect())
+            }
+            Store::Kernel(map) => map.elements(),
+            Store::Scalar(_) => Err(wrong_kind(id)),
+        }
+    }
+
+    pub fn max_string_len(&self) -> usize {
+        self.max_string_len
+    }
+}
+
+fn wrong_kind(id: GlobalId) -> RuntimeError {
+    RuntimeError::Internal(format!(
+        "global {} used with the wrong kind of operation",
+        id.0
+    ))
+}
+
+/// stap keeps one variance shift per statistic: the one its `@variance`
+/// calls name (the largest, if they differ).
+fn variance_shifts(module: &Module) -> HashMap<u32, u32> {
+    let mut shifts = HashMap::new();
+    let ops = module
+        .functions
+        .iter()
+        .flat_map(|f| &f.blocks)
+        .flat_map(|b| &b.insts)
+        .map(|i| &i.op);
+    for op in ops {
+        if let Op::StatGet {
+            global,
+            what: StatValue::Variance { shift },
+            ..
+        }
+        | Op::IterStart {
+            global,
+            sort:
+                Some(ir::Sort {
+                    by: ir::SortBy::Aggregate(StatValue::Variance { shift }),
+                    ..
+                }),
+            ..
+        } = op
+        {
+            let entry = shifts.entry(global.0).or_insert(0);
+            *entry = (*entry).max(*shift);
+        }
+    }
+    shifts
+}
+
+/// Truncates `bytes` to what a string of MAXSTRINGLEN can hold.
+pub fn truncate_string(bytes: &mut Vec<u8>, max_string_len: usize) {
+    bytes.truncate(max_string_len.saturating_sub(1));
+}
+
+pub(crate) fn key_types(storage: &Storage) -> &[ValType] {
+    match storage {
+        Storage::Array { keys, .. } | Storage::Stats { keys, .. } => keys,
+        Storage::Scalar(_) => &[],
+    }
+}
+
+pub(crate) fn value_type(storage: &Storage) -> ValType {
+    match storage {
+        Storage::Scalar(ty) | Storage::Array { value: ty, .. } => *ty,
+        Storage::Stats { .. } => ValType::Long,
+    }
+}
+
+pub(crate) fn layout_value_size(ty: ValType, max_string_len: u32) -> usize {
+    layout::value_size(ty, max_string_len) as usize
+}

@@ -1,0 +1,142 @@
+//! The host side of a running script: global storage, output, symbols and
+//! the run-time library that JIT-compiled host code calls
+//! (`crate::jit` compiles; nothing here interprets IR).
+
+pub mod builtins;
+pub mod error;
+pub mod globals;
+pub mod hist;
+pub mod kmap;
+pub mod output;
+pub mod rtlib;
+pub mod stats;
+pub mod symbols;
+
+use std::rc::Rc;
+
+use stap_lang::ir::Module;
+use stap_lang::printf::{self, Piece};
+
+pub use error::RuntimeError;
+pub use globals::{Globals, Value};
+pub use kmap::{BpfMapOps, SysMaps};
+pub use output::Output;
+pub use symbols::Symbols;
+
+/// Function calls nested deeper than this fail, as stap's MAXNESTING.
+pub const MAX_NESTING: i64 = 10;
+
+/// A string register's value: 0 is "", `1..=N` the module's string
+/// constants, larger values index the per-probe-hit arena.
+pub type StrHandle = i64;
+
+/// Everything host code reaches at run time. JIT code gets a
+/// `*mut HostRuntime` as its first argument.
+pub struct HostRuntime {
+    pub globals: Globals,
+    pub output: Output,
+    pub symbols: Symbols,
+    /// Set by `exit()`: the session runs the end probes, then stops.
+    pub exit_requested: bool,
+    /// `target()`: the `-x` pid or the `-c` child's.
+    pub target: i64,
+    /// Non-zero once `error` is set; JIT code tests it after fallible
+    /// calls (its offset is taken with `offset_of!`).
+    pub(crate) failed: u8,
+    pub(crate) error: Option<RuntimeError>,
+    /// Statements counted by `Tick` in this probe hit.
+    pub(crate) actions: u64,
+    pub(crate) max_action: u64,
+    pub(crate) depth: i64,
+    pub(crate) consts: Rc<[Box<[u8]>]>,
+    pub(crate) arena: Vec<Box<[u8]>>,
+    pub(crate) formats: Rc<[Vec<Piece>]>,
+    pub(crate) iters: Vec<rtlib::Iter>,
+    pub(crate) max_string_len: usize,
+    /// `tokenize`'s remembered input.
+    pub(crate) tokenize_rest: Vec<u8>,
+    pub(crate) limits_max_action: u64,
+}
+
+impl HostRuntime {
+    pub fn new(module: &Module, output: Output) -> HostRuntime {
+        let consts: Rc<[Box<[u8]>]> = module.strings.iter().map(|s| s.as_bytes().into()).collect();
+        // Formats were checked in pass 2; one that still fails to parse
+        // prints nothing rather than stopping the session.
+        let formats: Rc<[Vec<Piece>]> = module
+            .formats
+            .iter()
+            .map(|f| printf::parse(&f.text).unwrap_or_default())
+            .collect();
+        HostRuntime {
+            globals: Globals::new(module),
+            output,
+            symbols: Symbols::new(),
+            exit_requested: false,
+            target: 0,
+            failed: 0,
+            error: None,
+            actions: 0,
+            max_action: module.limits.max_action,
+            depth: 0,
+            consts,
+            arena: Vec::new(),
+            formats,
+            iters: Vec::new(),
+            max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
+            tokenize_rest: Vec::new(),
+            limits_max_action: module.limits.max_action,
+        }
+    }
+
+    /// Records a run-time error; JIT code returns as soon as it sees it.
+    pub(crate) fn fail(&mut self, error: RuntimeError) {
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+        self.failed = 1;
+    }
+
+    /// Prepares a probe hit: `action_scale` is 10 for begin/end/error.
+    pub(crate) fn begin_hit(&mut self, action_scale: u64) {
+        self.failed = 0;
+        self.error = None;
+        self.actions = 0;
+        self.depth = 0;
+        self.max_action = self.limits_max_action.saturating_mul(action_scale);
+    }
+
+    /// Ends a probe hit: frees its strings and iterators.
+    pub(crate) fn end_hit(&mut self) -> Result<(), RuntimeError> {
+        self.arena.clear();
+        self.iters.clear();
+        self.failed = 0;
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn str(&self, handle: StrHandle) -> &[u8] {
+        let consts = self.consts.len() as i64;
+        if handle <= 0 {
+            &[]
+        } else if handle <= consts {
+            &self.consts[(handle - 1) as usize]
+        } else {
+            self.arena
+                .get((handle - consts - 1) as usize)
+                .map_or(&[], |s| &s[..])
+        }
+    }
+
+    /// Stores a new string (truncated to MAXSTRINGLEN - 1) and returns its handle.
+    pub(crate) fn new_str(&mut self, mut bytes: Vec<u8>) -> StrHandle {
+        if bytes.is_empty() {
+            return 0;
+        }
+        globals::truncate_string(&mut bytes, self.max_string_len);
+        self.arena.push(bytes.into_boxed_slice());
+        self.consts.len() as i64 + self.arena.len() as i64
+    }
+}

@@ -1,0 +1,104 @@
+//! Where the script's output goes: stdout (flushed at each newline, as
+//! stap's is), a file given with `-o`, or a memory buffer for tests.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+
+enum Sink {
+    Stdout(io::Stdout),
+    File(io::BufWriter<File>),
+    Buffer,
+}
+
+pub struct Output {
+    sink: Sink,
+    /// Bytes not yet written to the sink (everything, for `Buffer`).
+    pending: Vec<u8>,
+}
+
+impl Output {
+    pub fn stdout() -> Output {
+        Output {
+            sink: Sink::Stdout(io::stdout()),
+            pending: Vec::new(),
+        }
+    }
+
+    /// `-o FILE`: created or truncated.
+    pub fn file(path: &Path) -> io::Result<Output> {
+        Ok(Output {
+            sink: Sink::File(io::BufWriter::new(File::create(path)?)),
+            pending: Vec::new(),
+        })
+    }
+
+    /// Keeps everything in memory; read it with [`Output::take_buffer`].
+    pub fn buffer() -> Output {
+        Output {
+            sink: Sink::Buffer,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Appends script output. Complete lines go to the sink at once.
+    pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.pending.extend_from_slice(bytes);
+        if !matches!(self.sink, Sink::Buffer) && bytes.contains(&b'\n') {
+            let cut = self
+                .pending
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |i| i + 1);
+            let rest = self.pending.split_off(cut);
+            let lines = std::mem::replace(&mut self.pending, rest);
+            self.sink_write(&lines)?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything still pending (a last line without a newline) and
+    /// flushes the sink. The session calls this at exit.
+    pub fn flush(&mut self) -> io::Result<()> {
+        if matches!(self.sink, Sink::Buffer) {
+            return Ok(());
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.sink_write(&pending)?;
+        match &mut self.sink {
+            Sink::Stdout(out) => out.flush(),
+            Sink::File(file) => file.flush(),
+            Sink::Buffer => Ok(()),
+        }
+    }
+
+    /// The bytes a buffer output collected so far (empty for other sinks).
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        match self.sink {
+            Sink::Buffer => std::mem::take(&mut self.pending),
+            _ => Vec::new(),
+        }
+    }
+
+    fn sink_write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.sink {
+            Sink::Stdout(out) => {
+                let mut lock = out.lock();
+                lock.write_all(bytes)?;
+                lock.flush()
+            }
+            Sink::File(file) => file.write_all(bytes),
+            Sink::Buffer => {
+                self.pending.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        // Best effort: output is never silently lost on a normal exit path.
+        let _ = self.flush();
+    }
+}

@@ -1,0 +1,653 @@
+//! The run-time library JIT-compiled host code calls. Every function is
+//! `extern "C"`, takes the runtime first and only `i64`s after it (longs,
+//! string handles, ids, pointers to `i64` arrays on the JIT frame). A
+//! failing call records the error in the runtime and returns 0; the JIT
+//! code checks `HostRuntime::failed` and returns.
+
+use std::cmp::Ordering;
+
+use stap_lang::ir::{HistKind, SortBy, StatValue, ValType};
+use stap_lang::printf::{self, ArgKind};
+use stap_lang::sema::hir::GlobalId;
+
+use super::globals::{Element, ElementValue, Key, Value, key_types, value_type};
+use super::{HostRuntime, MAX_NESTING, RuntimeError, StrHandle, builtins, hist};
+
+/// A foreach snapshot and its position.
+pub struct Iter {
+    elements: Vec<Element>,
+    next: usize,
+}
+
+/// Every entry point, by the name JIT code imports it under.
+pub fn symbols() -> Vec<(&'static str, *const u8)> {
+    vec![
+        ("stap_concat", stap_concat as *const u8),
+        ("stap_str_cmp", stap_str_cmp as *const u8),
+        ("stap_load_global", stap_load_global as *const u8),
+        ("stap_store_global", stap_store_global as *const u8),
+        ("stap_add_global", stap_add_global as *const u8),
+        ("stap_map_get", stap_map_get as *const u8),
+        ("stap_map_set", stap_map_set as *const u8),
+        ("stap_map_add", stap_map_add as *const u8),
+        ("stap_map_delete", stap_map_delete as *const u8),
+        ("stap_map_contains", stap_map_contains as *const u8),
+        ("stap_clear", stap_clear as *const u8),
+        ("stap_stat_add", stap_stat_add as *const u8),
+        ("stap_stat_get", stap_stat_get as *const u8),
+        ("stap_print_hist", stap_print_hist as *const u8),
+        ("stap_iter_start", stap_iter_start as *const u8),
+        ("stap_iter_next", stap_iter_next as *const u8),
+        ("stap_printf", stap_printf as *const u8),
+        ("stap_sprintf", stap_sprintf as *const u8),
+        ("stap_symbol", stap_symbol as *const u8),
+        ("stap_builtin", stap_builtin as *const u8),
+        ("stap_exit", stap_exit as *const u8),
+        ("stap_tick", stap_tick as *const u8),
+        ("stap_enter", stap_enter as *const u8),
+        ("stap_leave", stap_leave as *const u8),
+        ("stap_fail_div0", stap_fail_div0 as *const u8),
+        ("stap_fail_msg", stap_fail_msg as *const u8),
+    ]
+}
+
+/// Encodes `StatValue` for `stap_stat_get`: (code, shift).
+pub fn stat_value_code(what: StatValue) -> (i64, i64) {
+    match what {
+        StatValue::Count => (0, 0),
+        StatValue::Sum => (1, 0),
+        StatValue::Min => (2, 0),
+        StatValue::Max => (3, 0),
+        StatValue::Avg => (4, 0),
+        StatValue::Variance { shift } => (5, shift as i64),
+    }
+}
+
+fn stat_value_from_code(code: i64, shift: i64) -> StatValue {
+    match code {
+        0 => StatValue::Count,
+        1 => StatValue::Sum,
+        2 => StatValue::Min,
+        3 => StatValue::Max,
+        4 => StatValue::Avg,
+        _ => StatValue::Variance {
+            shift: shift.clamp(0, 63) as u32,
+        },
+    }
+}
+
+/// Encodes a sort for `stap_iter_start`: (by, argument); `by` is -1 for
+/// none, 0 for key N, 1 for value, 2 for an aggregate (argument = stat
+/// code * 64 + shift).
+pub fn sort_code(by: Option<SortBy>) -> (i64, i64) {
+    match by {
+        None => (-1, 0),
+        Some(SortBy::Key(n)) => (0, n as i64),
+        Some(SortBy::Value) => (1, 0),
+        Some(SortBy::Aggregate(what)) => {
+            let (code, shift) = stat_value_code(what);
+            (2, code * 64 + shift)
+        }
+    }
+}
+
+/// Reborrows the runtime pointer JIT code passes.
+///
+/// # Safety
+/// `rt` is the `&mut HostRuntime` that `HostProgram::run_probe` passed to
+/// the JIT code, still exclusively borrowed for the duration of the call.
+unsafe fn runtime<'a>(rt: *mut HostRuntime) -> &'a mut HostRuntime {
+    // SAFETY: see the function's contract.
+    unsafe { &mut *rt }
+}
+
+/// Reads `n` values from the JIT frame.
+///
+/// # Safety
+/// `ptr` points to at least `n` initialised `i64`s (a JIT stack slot).
+unsafe fn args<'a>(ptr: *const i64, n: usize) -> &'a [i64] {
+    if n == 0 || ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: see the function's contract.
+    unsafe { std::slice::from_raw_parts(ptr, n) }
+}
+
+fn to_value(rt: &HostRuntime, ty: ValType, raw: i64) -> Value {
+    match ty {
+        ValType::Long => Value::Long(raw),
+        ValType::Str => Value::Str(rt.str(raw).into()),
+    }
+}
+
+fn from_value(rt: &mut HostRuntime, value: &Value) -> i64 {
+    match value {
+        Value::Long(n) => *n,
+        Value::Str(s) => rt.new_str(s.to_vec()),
+    }
+}
+
+/// The key tuple of `global` from the JIT frame.
+///
+/// # Safety
+/// `keys` points to one `i64` per key of the global.
+unsafe fn key_of(rt: &HostRuntime, global: i64, keys: *const i64) -> Key {
+    let Some(storage) = rt.globals.storage(GlobalId(global as u32)) else {
+        return Key::default();
+    };
+    let types = key_types(storage).to_vec();
+    // SAFETY: the caller passes one slot per key type.
+    let raw = unsafe { args(keys, types.len()) };
+    types
+        .iter()
+        .zip(raw)
+        .map(|(ty, r)| to_value(rt, *ty, *r))
+        .collect()
+}
+
+fn global_value_type(rt: &HostRuntime, global: i64) -> ValType {
+    rt.globals
+        .storage(GlobalId(global as u32))
+        .map_or(ValType::Long, value_type)
+}
+
+/// Unwraps a result, recording the error.
+fn check<T: Default>(rt: &mut HostRuntime, result: Result<T, RuntimeError>) -> T {
+    result.unwrap_or_else(|e| {
+        rt.fail(e);
+        T::default()
+    })
+}
+
+/// `a . b`.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_concat(
+    rt: *mut HostRuntime,
+    a: StrHandle,
+    b: StrHandle,
+) -> StrHandle {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let mut s = rt.str(a).to_vec();
+    s.extend_from_slice(rt.str(b));
+    rt.new_str(s)
+}
+
+/// strcmp-like: -1, 0 or 1.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_str_cmp(rt: *mut HostRuntime, a: StrHandle, b: StrHandle) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    match rt.str(a).cmp(rt.str(b)) {
+        Ordering::Less => -1,
+        Ordering::Equal => 0,
+        Ordering::Greater => 1,
+    }
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_load_global(rt: *mut HostRuntime, global: i64) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let value = rt.globals.load(GlobalId(global as u32));
+    match check(rt, value.map(Some)) {
+        Some(v) => from_value(rt, &v),
+        None => 0,
+    }
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_store_global(rt: *mut HostRuntime, global: i64, raw: i64) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let value = to_value(rt, global_value_type(rt, global), raw);
+    let result = rt.globals.store(GlobalId(global as u32), value);
+    check(rt, result);
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_add_global(rt: *mut HostRuntime, global: i64, delta: i64) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let id = GlobalId(global as u32);
+    let result = rt.globals.load(id).and_then(|v| {
+        rt.globals
+            .store(id, Value::Long(v.long().wrapping_add(delta)))
+    });
+    check(rt, result);
+}
+
+/// # Safety
+/// `rt` as in [`runtime`]; `keys` holds one `i64` per key of the global.
+pub unsafe extern "C" fn stap_map_get(rt: *mut HostRuntime, global: i64, keys: *const i64) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let value = rt.globals.map_get(GlobalId(global as u32), &key);
+    match check(rt, value) {
+        Some(v) => from_value(rt, &v),
+        None => 0,
+    }
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_map_set(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+    raw: i64,
+) {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let value = to_value(rt, global_value_type(rt, global), raw);
+    let result = rt.globals.map_set(GlobalId(global as u32), key, value);
+    check(rt, result);
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_map_add(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+    delta: i64,
+) {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let id = GlobalId(global as u32);
+    let result = rt.globals.map_get(id, &key).and_then(|old| {
+        let sum = old.map_or(0, |v| v.long()).wrapping_add(delta);
+        rt.globals.map_set(id, key, Value::Long(sum))
+    });
+    check(rt, result);
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_map_delete(rt: *mut HostRuntime, global: i64, keys: *const i64) {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let result = rt.globals.map_delete(GlobalId(global as u32), &key);
+    check(rt, result);
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_map_contains(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let result = rt.globals.map_contains(GlobalId(global as u32), &key);
+    check(rt, result) as i64
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_clear(rt: *mut HostRuntime, global: i64) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let result = rt.globals.clear(GlobalId(global as u32));
+    check(rt, result);
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_stat_add(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+    value: i64,
+) {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let result = rt.globals.stat_add(GlobalId(global as u32), key, value);
+    check(rt, result);
+}
+
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_stat_get(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+    code: i64,
+    shift: i64,
+) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let result = rt.globals.stat_get(
+        GlobalId(global as u32),
+        &key,
+        stat_value_from_code(code, shift),
+    );
+    check(rt, result)
+}
+
+/// `print(@hist_log(s))` (`linear` 0) or `print(@hist_linear(...))` (1).
+///
+/// # Safety
+/// As [`stap_map_get`].
+pub unsafe extern "C" fn stap_print_hist(
+    rt: *mut HostRuntime,
+    global: i64,
+    keys: *const i64,
+    linear: i64,
+) {
+    // SAFETY: JIT code passes its runtime pointer and key slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let key = unsafe { key_of(rt, global, keys) };
+    let agg = match rt.globals.stat(GlobalId(global as u32), &key) {
+        Ok(agg) => agg,
+        Err(e) => return rt.fail(e),
+    };
+    let text = match (linear, &agg.hist_log, &agg.hist_linear) {
+        (0, Some(buckets), _) => hist::print_log(buckets),
+        (_, _, Some((h, slots))) if linear != 0 => hist::print_linear(h, slots),
+        _ => {
+            return rt.fail(RuntimeError::Internal(
+                "histogram printed without its buckets".into(),
+            ));
+        }
+    };
+    write_output(rt, text.as_bytes());
+}
+
+pub(crate) fn write_output(rt: &mut HostRuntime, bytes: &[u8]) {
+    if let Err(e) = rt.output.write(bytes) {
+        rt.fail(RuntimeError::Internal(format!("cannot write output: {e}")));
+    }
+}
+
+/// Snapshots `global` for a foreach; returns the iterator handle.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_iter_start(
+    rt: *mut HostRuntime,
+    global: i64,
+    sort_by: i64,
+    sort_arg: i64,
+    descending: i64,
+    limit: i64,
+) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let id = GlobalId(global as u32);
+    let mut elements = match rt.globals.elements(id) {
+        Ok(e) => e,
+        Err(e) => {
+            rt.fail(e);
+            return 0;
+        }
+    };
+    let aggregate_of = |e: &Element, what: StatValue| match &e.value {
+        ElementValue::Stat(agg) => agg.get(what).unwrap_or(0),
+        ElementValue::Plain(v) => v.long(),
+    };
+    let order = |a: &Element, b: &Element| -> Ordering {
+        let primary = match sort_by {
+            0 => a
+                .key
+                .get(sort_arg as usize)
+                .cmp(&b.key.get(sort_arg as usize)),
+            1 => match (&a.value, &b.value) {
+                (ElementValue::Plain(x), ElementValue::Plain(y)) => x.cmp(y),
+                // A statistics array sorted by value: by its count, as stap.
+                _ => aggregate_of(a, StatValue::Count).cmp(&aggregate_of(b, StatValue::Count)),
+            },
+            _ => {
+                let what = stat_value_from_code(sort_arg / 64, sort_arg % 64);
+                aggregate_of(a, what).cmp(&aggregate_of(b, what))
+            }
+        };
+        let primary = if descending != 0 {
+            primary.reverse()
+        } else {
+            primary
+        };
+        // Ties (and unsorted loops) go by key, for a stable order.
+        primary.then_with(|| a.key.cmp(&b.key))
+    };
+    elements.sort_unstable_by(order);
+    if limit >= 0 {
+        elements.truncate(limit as usize);
+    }
+    rt.iters.push(Iter { elements, next: 0 });
+    rt.iters.len() as i64 - 1
+}
+
+/// Writes the next element's keys, then its value, to `out`; returns 0 at
+/// the end. A statistics array's "value" is its count.
+///
+/// # Safety
+/// `rt` as in [`runtime`]; `out` has room for one `i64` per key plus one.
+pub unsafe extern "C" fn stap_iter_next(rt: *mut HostRuntime, iter: i64, out: *mut i64) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let Some(it) = rt.iters.get_mut(iter as usize) else {
+        rt.fail(RuntimeError::Internal("bad foreach iterator".into()));
+        return 0;
+    };
+    let Some(element) = it.elements.get(it.next).cloned() else {
+        return 0;
+    };
+    it.next += 1;
+    let mut raw: Vec<i64> = element.key.iter().map(|k| from_value(rt, k)).collect();
+    raw.push(match &element.value {
+        ElementValue::Plain(v) => from_value(rt, v),
+        ElementValue::Stat(agg) => agg.count,
+    });
+    // SAFETY: the JIT sized `out` for the keys and the value.
+    unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), out, raw.len()) };
+    1
+}
+
+/// Formats under format `id`; arguments follow its directives' kinds.
+fn format(rt: &mut HostRuntime, id: i64, raw: &[i64]) -> Option<Vec<u8>> {
+    let formats = rt.formats.clone();
+    let Some(pieces) = formats.get(id as usize) else {
+        rt.fail(RuntimeError::Internal(format!("no format {id}")));
+        return None;
+    };
+    let kinds = printf::arg_kinds(pieces);
+    let strings: Vec<Vec<u8>> = kinds
+        .iter()
+        .zip(raw)
+        .map(|(k, r)| match k {
+            ArgKind::String => rt.str(*r).to_vec(),
+            ArgKind::Long => Vec::new(),
+        })
+        .collect();
+    let values: Vec<printf::Value> = kinds
+        .iter()
+        .zip(raw)
+        .zip(&strings)
+        .map(|((k, r), s)| match k {
+            ArgKind::String => printf::Value::Str(s),
+            ArgKind::Long => printf::Value::Long(*r),
+        })
+        .collect();
+    let mut out = Vec::new();
+    match printf::format(pieces, &values, &mut out) {
+        Ok(()) => Some(out),
+        Err(e) => {
+            rt.fail(RuntimeError::Format(e.to_string()));
+            None
+        }
+    }
+}
+
+/// # Safety
+/// `rt` as in [`runtime`]; `argv` holds `argc` `i64`s.
+pub unsafe extern "C" fn stap_printf(rt: *mut HostRuntime, id: i64, argv: *const i64, argc: i64) {
+    // SAFETY: JIT code passes its runtime pointer and argument slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let raw = unsafe { args(argv, argc as usize) };
+    if let Some(bytes) = format(rt, id, raw) {
+        write_output(rt, &bytes);
+    }
+}
+
+/// # Safety
+/// As [`stap_printf`].
+pub unsafe extern "C" fn stap_sprintf(
+    rt: *mut HostRuntime,
+    id: i64,
+    argv: *const i64,
+    argc: i64,
+) -> StrHandle {
+    // SAFETY: JIT code passes its runtime pointer and argument slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let raw = unsafe { args(argv, argc as usize) };
+    match format(rt, id, raw) {
+        Some(bytes) => rt.new_str(bytes),
+        None => 0,
+    }
+}
+
+/// `symname` (0), `symdata` (1) or `modname` (2) of an address.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_symbol(rt: *mut HostRuntime, addr: i64, how: i64) -> StrHandle {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let text = match how {
+        0 => rt.symbols.name(addr as u64),
+        1 => rt.symbols.data(addr as u64),
+        _ => rt.symbols.module(addr as u64),
+    };
+    rt.new_str(text.into_bytes())
+}
+
+/// Built-in `id` (an index into `builtins::TABLE`); bit `i` of
+/// `str_mask` says argument `i` is a string.
+///
+/// # Safety
+/// `rt` as in [`runtime`]; `argv` holds `argc` `i64`s.
+pub unsafe extern "C" fn stap_builtin(
+    rt: *mut HostRuntime,
+    id: i64,
+    argv: *const i64,
+    argc: i64,
+    str_mask: i64,
+) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer and argument slots.
+    let rt = unsafe { runtime(rt) };
+    // SAFETY: as above.
+    let raw = unsafe { args(argv, argc as usize) }.to_vec();
+    let values: Vec<Value> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let ty = if i < 64 && str_mask & (1 << i) != 0 {
+                ValType::Str
+            } else {
+                ValType::Long
+            };
+            to_value(rt, ty, *r)
+        })
+        .collect();
+    match builtins::call(rt, id as usize, &values) {
+        Ok(v) => from_value(rt, &v),
+        Err(e) => {
+            rt.fail(e);
+            0
+        }
+    }
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_exit(rt: *mut HostRuntime) {
+    // SAFETY: JIT code passes its runtime pointer.
+    unsafe { runtime(rt) }.exit_requested = true;
+}
+
+/// Counts a loop iteration against MAXACTION.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_tick(rt: *mut HostRuntime) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    rt.actions += 1;
+    if rt.actions > rt.max_action {
+        rt.fail(RuntimeError::MaxAction);
+    }
+}
+
+/// Before a call: fails past MAXNESTING.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_enter(rt: *mut HostRuntime) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    rt.depth += 1;
+    if rt.depth > MAX_NESTING {
+        rt.fail(RuntimeError::MaxNesting);
+    }
+}
+
+/// After a call.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_leave(rt: *mut HostRuntime) {
+    // SAFETY: JIT code passes its runtime pointer.
+    unsafe { runtime(rt) }.depth -= 1;
+}
+
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_fail_div0(rt: *mut HostRuntime) {
+    // SAFETY: JIT code passes its runtime pointer.
+    unsafe { runtime(rt) }.fail(RuntimeError::DivisionByZero);
+}
+
+/// `error(msg)`.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_fail_msg(rt: *mut HostRuntime, msg: StrHandle) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let text = String::from_utf8_lossy(rt.str(msg)).into_owned();
+    rt.fail(RuntimeError::Explicit(text));
+}
+
+/// `HistKind` → the `linear` flag of [`stap_print_hist`].
+pub fn hist_code(kind: HistKind) -> i64 {
+    match kind {
+        HistKind::Log => 0,
+        HistKind::Linear(_) => 1,
+    }
+}

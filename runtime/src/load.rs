@@ -1,0 +1,736 @@
+//! Loading a compiled [`Object`]: create its maps, patch their fds into the
+//! programs, and BPF_PROG_LOAD each program with the type its attach kind
+//! needs. No ELF and no aya loader: a handful of bpf() calls (aya's
+//! `EbpfLoader::new` alone parses all of vmlinux BTF, 25-30 ms).
+//!
+//! A rejected program is loaded a second time with the verifier log on
+//! (the first try goes without one, the fast path); the log is then reduced
+//! to the failing instruction and the verifier's reason, which
+//! [`describe`] turns into a diagnostic at the script statement.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use stap_lang::bpf::{AttachKind, Object, Program};
+use stap_lang::diag::Diagnostic;
+use stap_lang::source::{SourceMap, Span};
+
+use crate::btf::{Btf, Kind};
+use crate::sys::{self, ProgLoad};
+
+const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+const BTF_DIR: &str = "/sys/kernel/btf";
+
+/// Verifier log buffers tried in turn when the log does not fit (kernels
+/// before 6.4 keep the head of the log, and the error is at its end).
+const LOG_SIZES: [usize; 3] = [1 << 20, 1 << 24, 1 << 27];
+const LOG_LEVEL: u32 = 1;
+
+/// The kernel objects of a loaded [`Object`]. Dropping closes them.
+#[derive(Debug)]
+pub struct Loaded {
+    /// Same index as `Object::maps`.
+    pub maps: Vec<OwnedFd>,
+    /// Same index as `Object::programs`.
+    pub programs: Vec<OwnedFd>,
+}
+
+#[derive(Debug)]
+pub enum LoadError {
+    /// BPF_MAP_CREATE failed.
+    Map {
+        map: usize,
+        name: String,
+        error: io::Error,
+    },
+    /// The verifier rejected a program.
+    Verifier {
+        program: usize,
+        /// The failing instruction, when the log names one.
+        insn: Option<usize>,
+        /// The verifier's reason, one line.
+        reason: String,
+        /// The whole verifier log.
+        log: String,
+    },
+    /// BPF_PROG_LOAD failed before verification (EPERM, a missing attach
+    /// target, ...) or a step around it did.
+    Kernel {
+        program: usize,
+        what: String,
+        error: io::Error,
+    },
+    /// The object itself is inconsistent (a compiler bug).
+    Object { program: usize, reason: String },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Map { name, error, .. } => {
+                write!(f, "cannot create BPF map {name}: {error}")
+            }
+            LoadError::Verifier {
+                program,
+                insn,
+                reason,
+                ..
+            } => {
+                write!(f, "the BPF verifier rejected program {program}: {reason}")?;
+                if let Some(insn) = insn {
+                    write!(f, " (instruction {insn})")?;
+                }
+                Ok(())
+            }
+            LoadError::Kernel {
+                program,
+                what,
+                error,
+            } => write!(f, "program {program}: {what}: {error}"),
+            LoadError::Object { program, reason } => {
+                write!(f, "program {program} is malformed: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Creates the maps and loads the programs of `object`. Kernel BTF is read
+/// only if a program is fentry/fexit (to find its function's BTF id).
+pub fn load(object: &Object) -> Result<Loaded, LoadError> {
+    load_with_btf(object, None)
+}
+
+/// [`load`] with the vmlinux BTF the caller has already opened.
+pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Loaded, LoadError> {
+    let maps = object
+        .maps
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            sys::map_create(spec).map_err(|error| LoadError::Map {
+                map: index,
+                name: spec.name.clone(),
+                error,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut targets = BtfTargets::new(vmlinux);
+    let programs = object
+        .programs
+        .iter()
+        .enumerate()
+        .map(|(index, program)| load_program(index, program, &maps, &mut targets))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Loaded { maps, programs })
+}
+
+fn load_program(
+    index: usize,
+    program: &Program,
+    maps: &[OwnedFd],
+    targets: &mut BtfTargets,
+) -> Result<OwnedFd, LoadError> {
+    let insns = patch_map_fds(program, maps).map_err(|reason| LoadError::Object {
+        program: index,
+        reason,
+    })?;
+    let (prog_type, expected_attach_type) = program_type(&program.attach);
+    let target = match &program.attach {
+        AttachKind::Fentry {
+            function, module, ..
+        } => Some(
+            targets
+                .find(function, module.as_deref())
+                .map_err(|(what, error)| LoadError::Kernel {
+                    program: index,
+                    what,
+                    error,
+                })?,
+        ),
+        _ => None,
+    };
+    let request = ProgLoad {
+        prog_type,
+        expected_attach_type,
+        name: &program.name,
+        insns: &insns,
+        attach_btf_id: target.as_ref().map_or(0, |t| t.btf_id),
+        attach_btf_obj: target
+            .as_ref()
+            .and_then(|t| t.module_btf.as_ref().map(|fd| fd.as_fd())),
+    };
+    // Fast path: no log. Only a rejection pays for the verifier's text.
+    let first = match sys::prog_load(&request, None) {
+        Ok(fd) => return Ok(fd),
+        Err(error) => error,
+    };
+    let mut last_error = first;
+    for size in LOG_SIZES {
+        let mut buffer = vec![0u8; size];
+        match sys::prog_load(&request, Some((LOG_LEVEL, &mut buffer))) {
+            // Loading with a log succeeded where loading without failed:
+            // a transient failure (ENOMEM, EAGAIN); take the program.
+            Ok(fd) => return Ok(fd),
+            // The log did not fit. Kernels since 6.4 keep its tail, which
+            // ends with the "processed N insns" statistics line: that is
+            // enough. Older kernels keep the head: grow and retry.
+            Err(error)
+                if error.raw_os_error() == Some(libc::ENOSPC)
+                    && size < LOG_SIZES[LOG_SIZES.len() - 1]
+                    && !has_final_statistics(&log_text(&buffer)) =>
+            {
+                last_error = error;
+            }
+            Err(error) => {
+                let log = log_text(&buffer);
+                return Err(rejection(index, program, log, error));
+            }
+        }
+    }
+    Err(LoadError::Kernel {
+        program: index,
+        what: "BPF_PROG_LOAD".into(),
+        error: last_error,
+    })
+}
+
+/// The verifier ends every log with `processed N insns (limit ...)`.
+fn has_final_statistics(log: &str) -> bool {
+    log.lines()
+        .any(|line| line.starts_with("processed ") && line.contains(" insns"))
+}
+
+fn log_text(buffer: &[u8]) -> String {
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end]).into_owned()
+}
+
+/// A failed load with its log: a verifier error when the log says why,
+/// otherwise a kernel error (EPERM with an empty log, ...).
+fn rejection(index: usize, program: &Program, log: String, error: io::Error) -> LoadError {
+    match parse_verifier_log(&log) {
+        Some(failure) => LoadError::Verifier {
+            program: index,
+            insn: failure.insn,
+            reason: failure.reason,
+            log,
+        },
+        None => LoadError::Kernel {
+            program: index,
+            what: format!(
+                "BPF_PROG_LOAD of {} failed ({}){}",
+                program.name,
+                sys::errno_name(&error),
+                if error.raw_os_error() == Some(libc::EPERM) {
+                    " with no verifier log: lockdown or a kernel policy forbids this program type"
+                } else {
+                    ""
+                }
+            ),
+            error,
+        },
+    }
+}
+
+/// The program type and expected attach type for an attach kind.
+pub fn program_type(attach: &AttachKind) -> (u32, u32) {
+    match attach {
+        AttachKind::RawTracepoint { .. } => (sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
+        AttachKind::Tracepoint { .. } => (sys::BPF_PROG_TYPE_TRACEPOINT, 0),
+        AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => (sys::BPF_PROG_TYPE_KPROBE, 0),
+        AttachKind::Fentry { is_return, .. } => (
+            sys::BPF_PROG_TYPE_TRACING,
+            if *is_return {
+                sys::BPF_TRACE_FEXIT
+            } else {
+                sys::BPF_TRACE_FENTRY
+            },
+        ),
+        AttachKind::PerfEvent { .. } => (sys::BPF_PROG_TYPE_PERF_EVENT, 0),
+    }
+}
+
+/// The program's instructions with each map reference's `ld_imm64`
+/// turned into `src_reg = BPF_PSEUDO_MAP_FD, imm = fd`.
+pub fn patch_map_fds(program: &Program, maps: &[OwnedFd]) -> Result<Vec<u64>, String> {
+    use std::os::fd::AsRawFd;
+    let fds: Vec<i32> = maps.iter().map(|fd| fd.as_raw_fd()).collect();
+    patch_with(program, &fds)
+}
+
+fn patch_with(program: &Program, fds: &[i32]) -> Result<Vec<u64>, String> {
+    const LD_IMM64: u64 = 0x18;
+    let mut insns = program.insns.clone();
+    for &(at, map) in &program.map_relocs {
+        let fd = *fds
+            .get(map)
+            .ok_or_else(|| format!("instruction {at} refers to map {map}, which does not exist"))?;
+        if at + 1 >= insns.len() || insns[at] & 0xff != LD_IMM64 {
+            return Err(format!(
+                "map relocation at instruction {at}, which is not an ld_imm64"
+            ));
+        }
+        // Byte 1 holds dst_reg (low nibble) and src_reg (high nibble);
+        // the immediate is the upper 32 bits; the second half's immediate
+        // (the value's high word) must be zero for a map fd.
+        let keep = insns[at] & 0x0000_0000_0000_0fff | (insns[at] & 0xffff_0000);
+        insns[at] = keep | (u64::from(sys::BPF_PSEUDO_MAP_FD) << 12) | (u64::from(fd as u32) << 32);
+        insns[at + 1] &= 0x0000_0000_ffff_ffff;
+    }
+    Ok(insns)
+}
+
+// ---- fentry targets --------------------------------------------------------
+
+struct Target {
+    btf_id: u32,
+    /// A module's BTF object, for `attach_btf_obj_fd`.
+    module_btf: Option<OwnedFd>,
+}
+
+/// Kernel BTF opened on first need.
+struct BtfTargets {
+    vmlinux: Option<Arc<Btf>>,
+}
+
+impl BtfTargets {
+    fn new(vmlinux: Option<&Arc<Btf>>) -> BtfTargets {
+        BtfTargets {
+            vmlinux: vmlinux.cloned(),
+        }
+    }
+
+    fn vmlinux(&mut self) -> Result<Arc<Btf>, (String, io::Error)> {
+        if let Some(btf) = &self.vmlinux {
+            return Ok(btf.clone());
+        }
+        let btf = Btf::open(Path::new(VMLINUX_BTF))
+            .map(Arc::new)
+            .map_err(|e| {
+                (
+                    format!("cannot read {VMLINUX_BTF}"),
+                    io::Error::other(e.to_string()),
+                )
+            })?;
+        self.vmlinux = Some(btf.clone());
+        Ok(btf)
+    }
+
+    fn find(
+        &mut self,
+        function: &str,
+        module: Option<&str>,
+    ) -> Result<Target, (String, io::Error)> {
+        let base = self.vmlinux()?;
+        let not_found = |place: &str| {
+            (
+                format!("no BTF for function {function} in {place}"),
+                io::Error::from(io::ErrorKind::NotFound),
+            )
+        };
+        let Some(module) = module else {
+            let id = base
+                .find_by_name(Kind::Func, function)
+                .map_err(|e| {
+                    (
+                        format!("reading {VMLINUX_BTF}"),
+                        io::Error::other(e.to_string()),
+                    )
+                })?
+                .ok_or_else(|| not_found("vmlinux"))?;
+            return Ok(Target {
+                btf_id: id,
+                module_btf: None,
+            });
+        };
+        let path = Path::new(BTF_DIR).join(module);
+        let split = Btf::open_split(&path, base).map_err(|e| {
+            (
+                format!("cannot read the BTF of module {module}"),
+                io::Error::other(e.to_string()),
+            )
+        })?;
+        let id = split
+            .find_by_name(Kind::Func, function)
+            .map_err(|e| {
+                (
+                    format!("reading {}", path.display()),
+                    io::Error::other(e.to_string()),
+                )
+            })?
+            .ok_or_else(|| not_found(&format!("module {module}")))?;
+        let fd = sys::kernel_btf_fd(module)
+            .map_err(|e| (format!("finding the BTF object of module {module}"), e))?
+            .ok_or_else(|| not_found(&format!("the loaded BTF objects (module {module})")))?;
+        Ok(Target {
+            btf_id: id,
+            module_btf: Some(fd),
+        })
+    }
+}
+
+// ---- verifier logs ---------------------------------------------------------
+
+/// What a verifier log says went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifierFailure {
+    /// The instruction being verified when it failed.
+    pub insn: Option<usize>,
+    /// The verifier's message, one line.
+    pub reason: String,
+}
+
+/// Finds the failing instruction (the last `N: (op) ...` line) and the
+/// reason (the first message after it that is not a register-state dump
+/// or a statistics line). `None` when the log holds no message.
+pub fn parse_verifier_log(log: &str) -> Option<VerifierFailure> {
+    let lines: Vec<&str> = log.lines().collect();
+    let last_insn = lines
+        .iter()
+        .rposition(|line| instruction_index(line).is_some());
+    let tail = match last_insn {
+        Some(at) => &lines[at + 1..],
+        None => &lines[..],
+    };
+    let mut messages = tail
+        .iter()
+        .filter(|line| is_message(line))
+        .map(|l| l.trim());
+    let reason = messages.next().or_else(|| {
+        // Nothing after the last instruction: the message may precede it
+        // (rare) or there is none; take the last message in the log.
+        lines
+            .iter()
+            .rev()
+            .find(|line| is_message(line) && instruction_index(line).is_none())
+            .map(|l| l.trim())
+    })?;
+    let insn = last_insn
+        .and_then(|at| instruction_index(lines[at]))
+        .or_else(|| insn_mentioned(reason));
+    Some(VerifierFailure {
+        insn,
+        reason: clean_reason(reason),
+    })
+}
+
+/// `12: (85) call bpf_map_lookup_elem#1` → 12.
+fn instruction_index(line: &str) -> Option<usize> {
+    let (index, rest) = line.split_once(": (")?;
+    let opcode = rest.get(..3)?;
+    let is_opcode =
+        opcode.as_bytes()[..2].iter().all(u8::is_ascii_hexdigit) && opcode.ends_with(')');
+    (is_opcode && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| index.parse().ok())
+        .flatten()
+}
+
+/// Lines of the log that are not state dumps, source comments or
+/// statistics.
+fn is_message(line: &&str) -> bool {
+    let text = line.trim();
+    if text.is_empty() || line.starts_with(char::is_whitespace) {
+        return false;
+    }
+    const NOISE: [&str; 9] = [
+        "processed ",
+        "verification time",
+        "stack depth",
+        "; ",
+        "from ",
+        "func#",
+        "mark_precise",
+        "last_idx",
+        "Live regs",
+    ];
+    if NOISE.iter().any(|prefix| text.starts_with(prefix)) {
+        return false;
+    }
+    // `5: R0=... R10=fp0`: the state at instruction 5.
+    if let Some((index, rest)) = text.split_once(": ")
+        && index.bytes().all(|b| b.is_ascii_digit())
+        && (rest.starts_with('R') && rest.contains('=') || rest.starts_with("frame"))
+    {
+        return false;
+    }
+    true
+}
+
+/// "unreachable insn 7", "jump out of range from insn 3 to 9" → 7, 3.
+fn insn_mentioned(reason: &str) -> Option<usize> {
+    let after = reason.split("insn ").nth(1)?;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn clean_reason(reason: &str) -> String {
+    reason.trim().trim_end_matches(['.', ':']).to_string()
+}
+
+// ---- diagnostics -------------------------------------------------------------
+
+/// The probe point a program implements, in script syntax.
+pub fn point_text(attach: &AttachKind) -> String {
+    let ret = |is_return: bool| if is_return { ".return" } else { "" };
+    match attach {
+        AttachKind::RawTracepoint { name } => format!("kernel.trace(\"{name}\")"),
+        AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
+        AttachKind::Kprobe {
+            function,
+            is_return,
+        } => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+        AttachKind::Fentry {
+            function,
+            is_return,
+            module,
+        } => match module {
+            Some(module) => format!(
+                "module(\"{module}\").function(\"{function}\"){}",
+                ret(*is_return)
+            ),
+            None => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+        },
+        AttachKind::PerfEvent {
+            perf_type,
+            config,
+            sample_period,
+        } => format!("perf.type({perf_type}).config({config}).sample({sample_period})"),
+        AttachKind::Uprobe {
+            path,
+            function,
+            is_return,
+        } => format!(
+            "process(\"{path}\").function(\"{function}\"){}",
+            ret(*is_return)
+        ),
+    }
+}
+
+/// The script span of instruction `insn`: the last line-table entry at or
+/// before it.
+pub fn span_of(program: &Program, insn: usize) -> Option<Span> {
+    let after = program.lines.partition_point(|(at, _)| *at <= insn);
+    after.checked_sub(1).map(|i| program.lines[i].1)
+}
+
+/// The user-facing diagnostic for a load failure: for a rejection, the
+/// probe and the verifier's reason at the script statement of the failing
+/// instruction; the full verifier log only when `verbose`.
+pub fn describe(err: &LoadError, object: &Object, _map: &SourceMap, verbose: bool) -> Diagnostic {
+    let probe = |index: usize| object.programs.get(index);
+    match err {
+        LoadError::Verifier {
+            program,
+            insn,
+            reason,
+            log,
+        } => {
+            let Some(prog) = probe(*program) else {
+                return Diagnostic::error(format!(
+                    "the kernel's BPF verifier rejected a probe: {reason}"
+                ));
+            };
+            let mut diag = Diagnostic::error(format!(
+                "the kernel's BPF verifier rejected probe {}: {reason}",
+                point_text(&prog.attach)
+            ));
+            if let Some(span) = insn.and_then(|at| span_of(prog, at)) {
+                diag = diag.at(span, "this statement");
+            }
+            diag = diag.note(match insn {
+                Some(at) => format!(
+                    "at BPF instruction {at} of {} program {} ({} instructions)",
+                    prog.name,
+                    program,
+                    prog.insns.len()
+                ),
+                None => format!(
+                    "in BPF program {} ({} instructions)",
+                    prog.name,
+                    prog.insns.len()
+                ),
+            });
+            if verbose {
+                diag.note(format!("verifier log:\n{}", log.trim_end()))
+            } else {
+                diag.note("run with -v to see the verifier's log")
+            }
+        }
+        LoadError::Kernel {
+            program,
+            what,
+            error,
+        } => {
+            let point =
+                probe(*program).map_or_else(|| format!("#{program}"), |p| point_text(&p.attach));
+            Diagnostic::error(format!("cannot load probe {point}: {what}"))
+                .note(format!("the kernel said: {error}"))
+        }
+        LoadError::Map { name, error, .. } => {
+            let mut diag = Diagnostic::error(format!("cannot create BPF map {name}: {error}"));
+            if matches!(error.raw_os_error(), Some(libc::ENOMEM) | Some(libc::E2BIG)) {
+                diag =
+                    diag.note("the map may be too large: lower MAXMAPENTRIES or a global's size");
+            }
+            diag
+        }
+        LoadError::Object { program, reason } => Diagnostic::error(format!(
+            "internal error: BPF program {program} is malformed: {reason}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stap_lang::ir::FuncId;
+    use stap_lang::source::FileId;
+
+    const MAP_VALUE_OOB: &str = "\
+func#0 @0
+0: R1=ctx() R10=fp0
+0: (b7) r1 = 0                        ; R1_w=0
+1: (63) *(u32 *)(r10 -4) = r1         ; R1_w=0 R10=fp0 fp-8=0000????
+2: (bf) r2 = r10                      ; R2_w=fp0 R10=fp0
+3: (07) r2 += -4                      ; R2_w=fp-4
+4: (18) r1 = 0xffff8881047fd000       ; R1_w=map_ptr(ks=4,vs=8)
+6: (85) call bpf_map_lookup_elem#1    ; R0_w=map_value_or_null(id=1,ks=4,vs=8)
+7: (15) if r0 == 0x0 goto pc+1        ; R0_w=map_value(ks=4,vs=8)
+8: (79) r0 = *(u64 *)(r0 +8)
+invalid access to map value, value_size=8 off=8 size=8
+R0 min value is outside of the allowed memory range
+processed 9 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0
+";
+
+    #[test]
+    fn map_value_overrun_names_the_instruction_and_reason() {
+        let failure = parse_verifier_log(MAP_VALUE_OOB).unwrap();
+        assert_eq!(failure.insn, Some(8));
+        assert_eq!(
+            failure.reason,
+            "invalid access to map value, value_size=8 off=8 size=8"
+        );
+    }
+
+    #[test]
+    fn structural_errors_without_instruction_lines() {
+        let log = "unreachable insn 3\nverification time 5 usec\n";
+        let failure = parse_verifier_log(log).unwrap();
+        assert_eq!(failure.insn, Some(3));
+        assert_eq!(failure.reason, "unreachable insn 3");
+
+        let log = "last insn is not an exit or jmp\nprocessed 0 insns (limit 1000000)\n";
+        let failure = parse_verifier_log(log).unwrap();
+        assert_eq!(failure.insn, None);
+        assert_eq!(failure.reason, "last insn is not an exit or jmp");
+    }
+
+    #[test]
+    fn register_state_after_the_failing_insn_is_skipped() {
+        let log = "\
+0: R1=ctx() R10=fp0
+0: (79) r2 = *(u64 *)(r1 +0)
+1: R1=ctx() R2_w=scalar() R10=fp0
+1: (71) r0 = *(u8 *)(r2 +0)
+R2 invalid mem access 'scalar'
+processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0
+";
+        let failure = parse_verifier_log(log).unwrap();
+        assert_eq!(failure.insn, Some(1));
+        assert_eq!(failure.reason, "R2 invalid mem access 'scalar'");
+    }
+
+    #[test]
+    fn empty_logs_have_no_failure() {
+        assert_eq!(parse_verifier_log(""), None);
+        assert_eq!(parse_verifier_log("processed 2 insns\n"), None);
+    }
+
+    fn program(insns: Vec<u64>, relocs: Vec<(usize, usize)>, lines: Vec<(usize, Span)>) -> Program {
+        Program {
+            name: "stap_p0".into(),
+            probe: 0,
+            function: FuncId(0),
+            attach: AttachKind::RawTracepoint {
+                name: "sys_enter".into(),
+            },
+            insns,
+            map_relocs: relocs,
+            lines,
+            stack_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn map_fds_are_patched_into_ld_imm64() {
+        // r1 = <map 0> (ld_imm64 dst=1), then exit.
+        let prog = program(vec![0x18 | 1 << 8, 0, 0x95], vec![(0, 0)], vec![]);
+        let insns = patch_with(&prog, &[7]).unwrap();
+        assert_eq!(insns[0], 0x18 | 1 << 8 | 1 << 12 | 7 << 32);
+        assert_eq!(insns[1], 0);
+        assert!(patch_with(&prog, &[]).is_err());
+        let bad = program(vec![0xb7, 0x95], vec![(0, 0)], vec![]);
+        assert!(patch_with(&bad, &[7]).is_err());
+    }
+
+    #[test]
+    fn spans_come_from_the_last_line_entry_at_or_before() {
+        let span = |s| Span::new(FileId(0), s, s + 1);
+        let prog = program(
+            vec![0; 10],
+            vec![],
+            vec![(0, span(0)), (4, span(10)), (9, span(20))],
+        );
+        assert_eq!(span_of(&prog, 3), Some(span(0)));
+        assert_eq!(span_of(&prog, 4), Some(span(10)));
+        assert_eq!(span_of(&prog, 8), Some(span(10)));
+        assert_eq!(span_of(&prog, 12), Some(span(20)));
+        let empty = program(vec![], vec![], vec![]);
+        assert_eq!(span_of(&empty, 3), None);
+    }
+
+    #[test]
+    fn describe_points_at_the_statement() {
+        let mut map = SourceMap::new();
+        let file = map.add(
+            "t.stp",
+            "probe kernel.trace(\"sys_enter\") {\n  x = a[1]\n}\n",
+        );
+        let stmt = Span::new(file, 37, 45);
+        let prog = program(
+            vec![0; 10],
+            vec![],
+            vec![(0, Span::new(file, 0, 5)), (6, stmt)],
+        );
+        let object = Object {
+            maps: vec![],
+            programs: vec![prog],
+        };
+        let err = LoadError::Verifier {
+            program: 0,
+            insn: Some(8),
+            reason: "invalid access to map value, value_size=8 off=8 size=8".into(),
+            log: MAP_VALUE_OOB.into(),
+        };
+        let diag = describe(&err, &object, &map, false);
+        assert_eq!(
+            diag.message,
+            "the kernel's BPF verifier rejected probe kernel.trace(\"sys_enter\"): \
+             invalid access to map value, value_size=8 off=8 size=8"
+        );
+        assert_eq!(diag.primary, Some((stmt, "this statement".to_string())));
+        assert!(diag.notes.iter().all(|n| !n.contains("processed 9 insns")));
+        let verbose = describe(&err, &object, &map, true);
+        assert!(
+            verbose
+                .notes
+                .iter()
+                .any(|n| n.contains("processed 9 insns"))
+        );
+    }
+}

@@ -1,0 +1,570 @@
+//! The run (pass 5): load and attach the kernel half, run the host half,
+//! and carry events between them until the session ends.
+//!
+//! Order, as in stap:
+//! 1. `-c CMD` is forked first but held before `exec`, so `target()` is known.
+//! 2. Maps and programs are loaded; the Control map is written with the run
+//!    flag off, `target()` and the wall-clock offset.
+//! 3. Every kernel probe is attached; its handler is inert (run flag 0).
+//! 4. Begin probes run on the host, in `begin(N)` order.
+//! 5. The run flag goes to 1 (kernel handlers go live), the ready callback
+//!    fires (the driver prints `Pass 5: starting run.`), the command is
+//!    released.
+//! 6. The event loop: poll(2) over the ring buffer, one timerfd per host
+//!    timer, a signalfd and the command's pidfd, until `exit()`, a signal,
+//!    `-T`, the command's exit, or too many errors.
+//! 7. The run flag goes back to 0, the ring buffer is drained, end probes run
+//!    (skipped after an error ending, where error probes ran instead), every
+//!    probe is detached, and the error/skip/loss warnings are printed.
+//!
+//! The Control map's value layout is `stap_lang::bpf::maps` (`u64` slots:
+//! the run flag, and realtime minus monotonic in ns for `gettimeofday_*`):
+//! the session writes it, kernel handlers read it.
+
+pub mod child;
+mod maps;
+mod signals;
+mod timers;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+use stap_lang::bpf::maps as bpf_maps;
+use stap_lang::bpf::records::{self, Arg, RecordBody};
+use stap_lang::bpf::{MapRole, Object};
+use stap_lang::ir::{self, FormatId, ProbeHandler, SymbolText};
+use stap_lang::printf::{self, Piece};
+use stap_lang::sema::hir::ProbeKind;
+use stap_lang::source::{SourceMap, Span};
+
+use crate::attach::{self, AttachError};
+use crate::host::{HostRuntime, Output, RuntimeError};
+use crate::load::{self, LoadError, Loaded};
+use crate::ringbuf::RingBuf;
+use crate::sys;
+use child::TargetCommand;
+use signals::StopSignals;
+use timers::{HostTimer, clock_ns, monotonic_ns};
+
+/// What the command line asks of the run.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `-T SECONDS`.
+    pub timeout: Option<Duration>,
+    /// `-o FILE`; stdout otherwise.
+    pub output: Option<PathBuf>,
+    /// `-c CMD`.
+    pub command: Option<String>,
+    /// `-x PID`.
+    pub target_pid: Option<i32>,
+    /// `--suppress-handler-errors`: errors are reported and counted but
+    /// never end the session.
+    pub suppress_errors: bool,
+}
+
+/// The two compiled halves of one script.
+pub struct Compiled<'a> {
+    pub module: &'a ir::Module,
+    pub object: &'a Object,
+    /// Runs host probe N (the JIT-compiled `jit::HostProgram::run_probe`).
+    pub host: &'a dyn Fn(usize, &mut HostRuntime) -> Result<(), RuntimeError>,
+    /// For `near ... at file:line:col` in run-time error messages.
+    pub sources: &'a SourceMap,
+}
+
+#[derive(Debug)]
+pub enum SessionError {
+    /// A step before the probes went live failed (output file, fork, ...).
+    Setup(String),
+    Load(LoadError),
+    Attach(AttachError),
+}
+
+impl std::fmt::Display for SessionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SessionError::Setup(what) => f.write_str(what),
+            SessionError::Load(e) => write!(f, "{e}"),
+            SessionError::Attach(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Turns an I/O failure before the run into a [`SessionError::Setup`].
+fn setup(what: &str) -> impl FnOnce(io::Error) -> SessionError + '_ {
+    move |e| SessionError::Setup(format!("{what}: {e}"))
+}
+
+/// How a session that ran ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub errors: u64,
+    /// The session ended because of run-time errors (exit status 1).
+    pub failed: bool,
+}
+
+/// Runs the session to its end. `ready` is called once every probe is
+/// attached and live.
+pub fn run(
+    compiled: &Compiled<'_>,
+    settings: &Settings,
+    ready: &mut dyn FnMut(),
+) -> Result<Outcome, SessionError> {
+    let output = match &settings.output {
+        Some(path) => Output::file(path).map_err(setup(&format!(
+            "cannot open output file '{}'",
+            path.display()
+        )))?,
+        None => Output::stdout(),
+    };
+    let mut command = match &settings.command {
+        Some(text) => Some(
+            TargetCommand::spawn_held(text)
+                .map_err(setup(&format!("cannot start the command '{text}'")))?,
+        ),
+        None => None,
+    };
+    let target = command
+        .as_ref()
+        .map(TargetCommand::pid)
+        .or(settings.target_pid)
+        .unwrap_or(0);
+
+    let object = compiled.object;
+    let loaded = load::load(object).map_err(SessionError::Load)?;
+    let control = find_map(object, &loaded, |r| matches!(r, MapRole::Control));
+    if let Some((fd, size)) = control {
+        write_control(fd, size, false).map_err(setup("cannot write the Control map"))?;
+    }
+    let mut ring = match find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
+        Some((fd, _)) => {
+            let entries = events_size(object);
+            Some(RingBuf::new(fd, entries).map_err(setup("cannot map the ring buffer"))?)
+        }
+        None => None,
+    };
+    let mut runtime = HostRuntime::new(compiled.module, output);
+    runtime.target = i64::from(target);
+    let ops = Rc::new(maps::SysMapOps::new());
+    for (spec, fd) in object.maps.iter().zip(&loaded.maps) {
+        if let MapRole::Global(id) = spec.role {
+            runtime
+                .globals
+                .attach_kernel_map(id, fd.as_raw_fd(), ops.clone())
+                .map_err(|e| SessionError::Setup(format!("cannot set up global: {e}")))?;
+        }
+    }
+    let signals = StopSignals::block().map_err(setup("cannot block signals"))?;
+    let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
+
+    let mut session = Session {
+        compiled,
+        settings,
+        runtime,
+        formats: vec![None; compiled.module.formats.len()],
+        errors: 0,
+        error_ending: false,
+        ending: false,
+    };
+    session.run_probes(|kind| matches!(kind, ProbeKind::Begin { .. }));
+    if let Some((fd, size)) = control
+        && let Err(e) = write_control(fd, size, true)
+    {
+        session.stop_with_warning(&format!("cannot start the kernel probes: {e}"));
+    }
+    ready();
+    if let Some(command) = &mut command {
+        command.release();
+    }
+    if !session.ending {
+        let events = ring
+            .as_mut()
+            .zip(find_map(object, &loaded, |r| matches!(r, MapRole::Events)).map(|(fd, _)| fd));
+        session.event_loop(events, &signals, command.as_mut());
+    }
+
+    // Ending: handlers off, then whatever they wrote before that.
+    if let Some((fd, size)) = control {
+        let _ = write_control(fd, size, false);
+    }
+    if let Some(ring) = ring.as_mut() {
+        session.drain(ring);
+    }
+    if session.error_ending {
+        session.run_probes(|kind| matches!(kind, ProbeKind::Error { .. }));
+    } else {
+        session.run_probes(|kind| matches!(kind, ProbeKind::End { .. }));
+    }
+    let _ = session.runtime.output.flush();
+    let counters = find_map(object, &loaded, |r| matches!(r, MapRole::Counters));
+    let skipped = attached.skipped() + read_counter(counters, bpf_maps::COUNTER_SKIPPED);
+    let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS);
+    drop(attached);
+    if session.errors > 0 || skipped > 0 {
+        eprintln!(
+            "WARNING: Number of errors: {}, skipped probes: {skipped}",
+            session.errors
+        );
+    }
+    if lost > 0 {
+        eprintln!("WARNING: {lost} events lost: the ring buffer was full");
+    }
+    drop(signals);
+    Ok(Outcome {
+        errors: session.errors,
+        failed: session.error_ending,
+    })
+}
+
+struct Session<'a> {
+    compiled: &'a Compiled<'a>,
+    settings: &'a Settings,
+    runtime: HostRuntime,
+    /// Parsed printf formats, by `FormatId`, parsed on first use.
+    formats: Vec<Option<Vec<Piece>>>,
+    errors: u64,
+    /// Ending because of errors: error probes run instead of end probes.
+    error_ending: bool,
+    ending: bool,
+}
+
+impl Session<'_> {
+    /// Runs the host probes of one family in stap's order (`begin(N)`,
+    /// `end(N)`, `error(N)` by N, then by position in the script).
+    fn run_probes(&mut self, family: impl Fn(&ProbeKind) -> bool) {
+        let mut chosen: Vec<(i64, usize)> = self
+            .compiled
+            .module
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| family(&p.kind))
+            .map(|(i, p)| (order_of(p), i))
+            .collect();
+        chosen.sort();
+        let errors_before = self.error_ending;
+        for (_, probe) in chosen {
+            // A begin or end probe that fails past MAXERRORS stops the
+            // rest of its family; error probes all run.
+            if self.error_ending && !errors_before {
+                break;
+            }
+            self.run_host_probe(probe);
+        }
+    }
+
+    fn run_host_probe(&mut self, probe: usize) {
+        if let Err(error) = (self.compiled.host)(probe, &mut self.runtime) {
+            let span = self.compiled.module.probes[probe].span;
+            self.report_error(&error.to_string(), Some(span));
+        }
+        if self.runtime.exit_requested {
+            self.ending = true;
+        }
+    }
+
+    /// Prints a run-time error in stap's wording and counts it; past
+    /// MAXERRORS the session ends with error probes instead of end probes.
+    fn report_error(&mut self, message: &str, span: Option<Span>) {
+        let _ = self.runtime.output.flush();
+        match span {
+            Some(span) => eprintln!("ERROR: {message} {}", near(self.compiled.sources, span)),
+            None => eprintln!("ERROR: {message}"),
+        }
+        self.errors += 1;
+        if !self.settings.suppress_errors && self.errors > self.compiled.module.limits.max_errors {
+            self.error_ending = true;
+            self.ending = true;
+        }
+    }
+
+    fn stop_with_warning(&mut self, message: &str) {
+        eprintln!("WARNING: {message}");
+        self.ending = true;
+    }
+
+    fn event_loop(
+        &mut self,
+        mut ring: Option<(&mut RingBuf, BorrowedFd<'_>)>,
+        signals: &StopSignals,
+        mut command: Option<&mut TargetCommand>,
+    ) {
+        let start = monotonic_ns();
+        let deadline = self
+            .settings
+            .timeout
+            .map(|t| start.saturating_add(u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)));
+        let mut timers = Vec::new();
+        for (i, probe) in self.compiled.module.probes.iter().enumerate() {
+            if let ProbeKind::HostTimer {
+                period_ns,
+                randomize_ns,
+            } = probe.kind
+            {
+                match HostTimer::new(i, period_ns, randomize_ns, start) {
+                    Ok(timer) => timers.push(timer),
+                    Err(e) => {
+                        return self.stop_with_warning(&format!("cannot create a timer: {e}"));
+                    }
+                }
+            }
+        }
+        // Fixed slots first, then one per timer; absent ones get fd -1,
+        // which poll(2) ignores.
+        const RING: usize = 0;
+        const SIGNALS: usize = 1;
+        const COMMAND: usize = 2;
+        const TIMERS: usize = 3;
+        while !self.ending {
+            let mut fds = vec![
+                poll_entry(ring.as_ref().map(|(_, fd)| *fd)),
+                poll_entry(Some(signals.fd())),
+                poll_entry(command.as_ref().map(|c| c.exit_fd())),
+            ];
+            fds.extend(timers.iter().map(|t| poll_entry(Some(t.fd()))));
+            let timeout_ms = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_sub(monotonic_ns());
+                    if left == 0 {
+                        break;
+                    }
+                    // Rounded up so the loop never wakes just short of it.
+                    i32::try_from(left.div_ceil(1_000_000)).unwrap_or(i32::MAX)
+                }
+                None => -1,
+            };
+            // SAFETY: `fds` is a live array of initialised pollfds.
+            let woken =
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if woken < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return self.stop_with_warning(&format!("poll failed: {err}"));
+            }
+            if fds[RING].revents != 0
+                && let Some((ring, _)) = ring.as_mut()
+            {
+                self.drain(ring);
+            }
+            if fds[SIGNALS].revents != 0 && signals.take().is_some() {
+                self.ending = true;
+            }
+            if fds[COMMAND].revents != 0 {
+                if let Some(command) = command.as_deref_mut() {
+                    command.try_reap();
+                }
+                self.ending = true;
+            }
+            for (slot, timer) in fds[TIMERS..].iter().zip(timers.iter_mut()) {
+                if slot.revents == 0 || self.ending {
+                    continue;
+                }
+                match timer.fired(monotonic_ns()) {
+                    Ok(true) => self.run_host_probe(timer.probe),
+                    Ok(false) => {}
+                    Err(e) => return self.stop_with_warning(&format!("timer failed: {e}")),
+                }
+            }
+        }
+    }
+
+    /// Handles every record waiting in the ring buffer.
+    fn drain(&mut self, ring: &mut RingBuf) {
+        let mut records = Vec::new();
+        ring.consume(|bytes| records.push(bytes.to_vec()));
+        for bytes in records {
+            self.handle_record(&bytes);
+        }
+    }
+
+    fn handle_record(&mut self, bytes: &[u8]) {
+        let module = self.compiled.module;
+        let max_string_len = u32::try_from(module.limits.max_string_len).unwrap_or(u32::MAX);
+        let record = match records::decode(bytes, module, max_string_len) {
+            Ok(record) => record,
+            Err(e) => {
+                eprintln!("WARNING: dropped a malformed event from the kernel: {e}");
+                return;
+            }
+        };
+        match record.body {
+            RecordBody::Printf { format, args } => self.print(format, &args),
+            RecordBody::Exit => self.ending = true,
+            RecordBody::Error { kind, span } => self.report_error(&kind.message(), Some(span)),
+        }
+    }
+
+    /// A kernel printf: symbols resolved here, then the shared formatter.
+    fn print(&mut self, format: FormatId, args: &[Arg<'_>]) {
+        let index = format.0 as usize;
+        let Some(slot) = self.formats.get_mut(index) else {
+            return;
+        };
+        if slot.is_none() {
+            let text = &self.compiled.module.format(format).text;
+            *slot = Some(printf::parse(text).unwrap_or_default());
+        }
+        let symbols: Vec<String> = args
+            .iter()
+            .filter_map(|arg| match *arg {
+                Arg::Symbol { addr, how } => Some(match how {
+                    SymbolText::Name => self.runtime.symbols.name(addr),
+                    SymbolText::Data => self.runtime.symbols.data(addr),
+                    SymbolText::Module => self.runtime.symbols.module(addr),
+                }),
+                _ => None,
+            })
+            .collect();
+        let mut resolved = symbols.iter();
+        let values: Vec<printf::Value<'_>> = args
+            .iter()
+            .map(|arg| match arg.as_value() {
+                Some(value) => value,
+                None => printf::Value::Str(resolved.next().map_or(&[][..], |s| s.as_bytes())),
+            })
+            .collect();
+        let mut text = Vec::new();
+        let pieces = self.formats[index].as_deref().unwrap_or_default();
+        if let Err(e) = printf::format(pieces, &values, &mut text) {
+            eprintln!("WARNING: cannot format a kernel printf: {}", e.message);
+            return;
+        }
+        if let Err(e) = self.runtime.output.write(&text) {
+            self.stop_with_warning(&format!("cannot write output: {e}"));
+        }
+    }
+}
+
+/// `near identifier 'x' at file:line:col`, stap's location of a run-time
+/// error, from the span of the failing statement or expression.
+fn near(sources: &SourceMap, span: Span) -> String {
+    let text = sources.text(span);
+    let token = first_token(text);
+    let what = match token.chars().next() {
+        Some(c) if c.is_ascii_digit() => "number",
+        Some('"') => "string",
+        Some(c) if c.is_alphabetic() || c == '_' || c == '$' || c == '@' => "identifier",
+        _ => "operator",
+    };
+    format!("near {what} '{token}' at {}", sources.location(span))
+}
+
+/// The first token of a span's text: an identifier (with `$`/`@`), a
+/// number, a string literal, or an operator character.
+fn first_token(text: &str) -> &str {
+    let text = text.trim_start();
+    let mut chars = text.char_indices();
+    let Some((_, first)) = chars.next() else {
+        return text;
+    };
+    let end = if first == '"' {
+        text[1..].find('"').map_or(text.len(), |i| i + 2)
+    } else if first.is_alphanumeric() || matches!(first, '_' | '$' | '@') {
+        chars
+            .find(|(_, c)| !(c.is_alphanumeric() || *c == '_'))
+            .map_or(text.len(), |(i, _)| i)
+    } else {
+        first.len_utf8()
+    };
+    &text[..end]
+}
+
+fn order_of(probe: &ProbeHandler) -> i64 {
+    match probe.kind {
+        ProbeKind::Begin { order } | ProbeKind::End { order } | ProbeKind::Error { order } => order,
+        _ => 0,
+    }
+}
+
+fn poll_entry(fd: Option<BorrowedFd<'_>>) -> libc::pollfd {
+    libc::pollfd {
+        fd: fd.map_or(-1, |fd| fd.as_raw_fd()),
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+/// The fd and value size of the first map with a role.
+fn find_map<'l>(
+    object: &Object,
+    loaded: &'l Loaded,
+    role: impl Fn(&MapRole) -> bool,
+) -> Option<(BorrowedFd<'l>, u32)> {
+    object
+        .maps
+        .iter()
+        .zip(&loaded.maps)
+        .find(|(spec, _)| role(&spec.role))
+        .map(|(spec, fd)| (fd.as_fd(), spec.value_size))
+}
+
+fn events_size(object: &Object) -> u32 {
+    object
+        .maps
+        .iter()
+        .find(|spec| matches!(spec.role, MapRole::Events))
+        .map_or(0, |spec| spec.max_entries)
+}
+
+/// Writes the Control value: the run flag and the wall-clock offset.
+fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool) -> io::Result<()> {
+    let mut value = vec![0u8; value_size as usize];
+    let mut put = |slot: u32, v: u64| {
+        let at = slot as usize * 8;
+        if let Some(bytes) = value.get_mut(at..at + 8) {
+            bytes.copy_from_slice(&v.to_le_bytes());
+        }
+    };
+    put(bpf_maps::CONTROL_RUN, u64::from(run));
+    let offset = clock_ns(libc::CLOCK_REALTIME).wrapping_sub(monotonic_ns());
+    put(bpf_maps::CONTROL_TIME_OFFSET, offset);
+    sys::map_update(fd, &0u32.to_ne_bytes(), &value, 0)
+}
+
+/// A Counters slot summed over every CPU (0 if unreadable).
+fn read_counter(counters: Option<(BorrowedFd<'_>, u32)>, slot: u32) -> u64 {
+    let Some((fd, value_size)) = counters else {
+        return 0;
+    };
+    let cpus = sys::possible_cpus().unwrap_or(1).max(1);
+    let stride = (value_size as usize).next_multiple_of(8);
+    let mut values = vec![0u8; stride * cpus];
+    if !matches!(
+        sys::map_lookup(fd, &0u32.to_ne_bytes(), &mut values),
+        Ok(true)
+    ) {
+        return 0;
+    }
+    let at = slot as usize * 8;
+    values
+        .chunks(stride)
+        .filter_map(|cpu| cpu.get(at..at + 8))
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        .fold(0u64, u64::wrapping_add)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_locations_name_the_first_token_as_stap_does() {
+        let mut map = SourceMap::new();
+        let file = map.add("<input>", "probe begin { x = 1 / y; error(\"boom\") }");
+        let at = |text: &str| {
+            let start = map.get(file).text.find(text).unwrap();
+            Span::new(file, start, start + text.len())
+        };
+        assert_eq!(near(&map, at("/ y")), "near operator '/' at <input>:1:21");
+        assert_eq!(
+            near(&map, at("error(\"boom\")")),
+            "near identifier 'error' at <input>:1:26"
+        );
+        assert_eq!(near(&map, at("1 / y")), "near number '1' at <input>:1:19");
+    }
+}

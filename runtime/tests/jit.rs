@@ -1,0 +1,839 @@
+//! The host JIT end to end: hand-built IR modules (the lowering is being
+//! written in parallel) compiled with Cranelift and run against a runtime
+//! whose output is captured.
+
+use stap_lang::ir::*;
+use stap_lang::sema::hir::{GlobalId, Limits, Placement, ProbeKind};
+use stap_lang::source::Span;
+use stap_runtime::host::{HostRuntime, Output, RuntimeError};
+use stap_runtime::jit::{HostProgram, clif_listing};
+
+/// Builds one IR function block by block.
+struct Fb {
+    f: Function,
+    current: usize,
+}
+
+impl Fb {
+    fn new(name: &str, params: &[ValType], ret: Option<ValType>) -> Fb {
+        Fb {
+            f: Function {
+                name: name.into(),
+                side: Placement::Host,
+                param_count: params.len(),
+                ret,
+                regs: params.to_vec(),
+                blocks: vec![Block {
+                    insts: vec![],
+                    term: Term::Return(None),
+                    term_span: Span::default(),
+                }],
+                iters: 0,
+                span: Span::default(),
+            },
+            current: 0,
+        }
+    }
+
+    fn reg(&mut self, ty: ValType) -> Reg {
+        self.f.regs.push(ty);
+        Reg(self.f.regs.len() as u32 - 1)
+    }
+
+    fn block(&mut self) -> BlockId {
+        self.f.blocks.push(Block {
+            insts: vec![],
+            term: Term::Return(None),
+            term_span: Span::default(),
+        });
+        BlockId(self.f.blocks.len() as u32 - 1)
+    }
+
+    fn at(&mut self, b: BlockId) {
+        self.current = b.0 as usize;
+    }
+
+    fn op(&mut self, op: Op) {
+        self.f.blocks[self.current].insts.push(Inst {
+            op,
+            span: Span::default(),
+        });
+    }
+
+    fn term(&mut self, term: Term) {
+        self.f.blocks[self.current].term = term;
+    }
+
+    fn long(&mut self, value: i64) -> Reg {
+        let dst = self.reg(ValType::Long);
+        self.op(Op::Const { dst, value });
+        dst
+    }
+
+    fn bin(&mut self, op: BinOp, lhs: Reg, rhs: Reg) -> Reg {
+        let dst = self.reg(ValType::Long);
+        self.op(Op::Binary { dst, op, lhs, rhs });
+        dst
+    }
+}
+
+/// A module under construction: strings, formats, globals, functions.
+#[derive(Default)]
+struct Mb {
+    m: Option<Module>,
+}
+
+impl Mb {
+    fn new() -> Mb {
+        Mb {
+            m: Some(Module {
+                globals: vec![],
+                functions: vec![],
+                probes: vec![],
+                strings: vec![],
+                formats: vec![],
+                limits: Limits::default(),
+            }),
+        }
+    }
+
+    fn m(&mut self) -> &mut Module {
+        self.m.as_mut().unwrap()
+    }
+
+    fn string(&mut self, fb: &mut Fb, text: &str) -> Reg {
+        self.m().strings.push(text.into());
+        let id = StrId(self.m().strings.len() as u32 - 1);
+        let dst = fb.reg(ValType::Str);
+        fb.op(Op::ConstStr { dst, id });
+        dst
+    }
+
+    fn printf(&mut self, fb: &mut Fb, text: &str, args: &[Reg]) {
+        self.m().formats.push(Format { text: text.into() });
+        let format = FormatId(self.m().formats.len() as u32 - 1);
+        fb.op(Op::Printf {
+            format,
+            args: args.iter().map(|r| PrintArg::Value(*r)).collect(),
+        });
+    }
+
+    fn global(&mut self, name: &str, storage: Storage) -> GlobalId {
+        self.m().globals.push(Global {
+            name: name.into(),
+            storage,
+            init: None,
+            kernel: false,
+            host: true,
+            span: Span::default(),
+        });
+        GlobalId(self.m().globals.len() as u32 - 1)
+    }
+
+    fn function(&mut self, fb: Fb) -> FuncId {
+        self.m().functions.push(fb.f);
+        FuncId(self.m().functions.len() as u32 - 1)
+    }
+
+    fn begin(&mut self, fb: Fb) -> usize {
+        let function = self.function(fb);
+        self.m().probes.push(ProbeHandler {
+            point: "begin".into(),
+            kind: ProbeKind::Begin { order: 0 },
+            placement: Placement::Host,
+            function,
+            span: Span::default(),
+        });
+        self.m().probes.len() - 1
+    }
+
+    fn finish(&mut self) -> Module {
+        self.m.take().unwrap()
+    }
+}
+
+/// Compiles the module and runs probe 0; returns the output and result.
+fn run(module: &Module) -> (String, Result<(), RuntimeError>, HostRuntime) {
+    let program = HostProgram::compile(module).expect("compiles");
+    let mut rt = HostRuntime::new(module, Output::buffer());
+    let result = program.run_probe(0, &mut rt);
+    let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+    (out, result, rt)
+}
+
+fn stats(keys: Vec<ValType>, needs: StatNeeds) -> Storage {
+    Storage::Stats {
+        keys,
+        max_entries: 2048,
+        needs,
+    }
+}
+
+#[test]
+fn arithmetic_and_printf_widths() {
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    let (a, b) = (fb.long(-17), fb.long(5));
+    let sum = fb.bin(BinOp::Add, a, b);
+    let quot = fb.bin(BinOp::Div, a, b);
+    let rem = fb.bin(BinOp::Mod, a, b);
+    let shr = fb.bin(BinOp::Shr, a, b);
+    let minus_one = fb.long(-1);
+    let min = fb.long(i64::MIN);
+    let wrap = fb.bin(BinOp::Div, min, minus_one);
+    let lt = fb.reg(ValType::Long);
+    fb.op(Op::Compare {
+        dst: lt,
+        op: CmpOp::Lt,
+        lhs: a,
+        rhs: b,
+    });
+    let not = fb.reg(ValType::Long);
+    fb.op(Op::Unary {
+        dst: not,
+        op: UnOp::Not,
+        src: lt,
+    });
+    let s = mb.string(&mut fb, "ab");
+    let t = mb.string(&mut fb, "cd");
+    let cat = fb.reg(ValType::Str);
+    fb.op(Op::Concat {
+        dst: cat,
+        lhs: s,
+        rhs: t,
+    });
+    mb.printf(
+        &mut fb,
+        "%d %d %d %d %d|%5d|%-5d|%05x|%s|%6s|%-4s|%d %d\n",
+        &[sum, quot, rem, shr, wrap, sum, sum, b, cat, cat, s, lt, not],
+    );
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        out,
+        "-12 -3 -2 -1 -9223372036854775808|  -12|-12  |00005|abcd|  abcd|ab  |1 0\n"
+    );
+}
+
+#[test]
+fn strings_compare_and_builtins() {
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    let hay = mb.string(&mut fb, "hello world");
+    let needle = mb.string(&mut fb, "world");
+    let lt = fb.reg(ValType::Long);
+    fb.op(Op::StrCompare {
+        dst: lt,
+        op: CmpOp::Lt,
+        lhs: hay,
+        rhs: needle,
+    });
+    let call = |fb: &mut Fb, name: &str, args: Vec<Reg>, ty: ValType| {
+        let dst = fb.reg(ty);
+        fb.op(Op::Builtin {
+            dst: Some(dst),
+            name: name.into(),
+            args,
+        });
+        dst
+    };
+    let len = call(&mut fb, "strlen", vec![hay], ValType::Long);
+    let pos = call(&mut fb, "strpos", vec![hay, needle], ValType::Long);
+    let (one, three) = (fb.long(1), fb.long(3));
+    let sub = call(&mut fb, "substr", vec![hay, one, three], ValType::Str);
+    let o = mb.string(&mut fb, "o");
+    let zero = mb.string(&mut fb, "0");
+    let replaced = call(&mut fb, "str_replace", vec![hay, o, zero], ValType::Str);
+    let nl = mb.string(&mut fb, "a\"b\n");
+    let quoted = call(&mut fb, "string_quoted", vec![nl], ValType::Str);
+    let hex = mb.string(&mut fb, "ff");
+    let sixteen = fb.long(16);
+    let parsed = call(&mut fb, "strtol", vec![hex, sixteen], ValType::Long);
+    mb.printf(
+        &mut fb,
+        "%d %d %d %s %s %s %d\n",
+        &[lt, len, pos, sub, replaced, quoted, parsed],
+    );
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "1 11 6 ell hell0 w0rld \"a\\\"b\\n\" 255\n");
+}
+
+/// `function fib(n) { if (n <= 2) return n; return fib(n-1) + fib(n-2) }`
+#[test]
+fn recursion_and_nesting_limit() {
+    let build = |arg: i64| {
+        let mut mb = Mb::new();
+        let mut fib = Fb::new("fib", &[ValType::Long], Some(ValType::Long));
+        let n = Reg(0);
+        let two = fib.long(2);
+        let small = fib.reg(ValType::Long);
+        fib.op(Op::Compare {
+            dst: small,
+            op: CmpOp::Le,
+            lhs: n,
+            rhs: two,
+        });
+        let (base, rec) = (fib.block(), fib.block());
+        fib.term(Term::Branch {
+            cond: small,
+            then: base,
+            otherwise: rec,
+        });
+        fib.at(base);
+        fib.term(Term::Return(Some(n)));
+        fib.at(rec);
+        let one = fib.long(1);
+        let n1 = fib.bin(BinOp::Sub, n, one);
+        let n2 = fib.bin(BinOp::Sub, n, two);
+        let (r1, r2) = (fib.reg(ValType::Long), fib.reg(ValType::Long));
+        fib.op(Op::Call {
+            dst: Some(r1),
+            func: FuncId(1),
+            args: vec![n1],
+        });
+        fib.op(Op::Call {
+            dst: Some(r2),
+            func: FuncId(1),
+            args: vec![n2],
+        });
+        let sum = fib.bin(BinOp::Add, r1, r2);
+        fib.term(Term::Return(Some(sum)));
+
+        let mut fb = Fb::new("probe0 begin", &[], None);
+        let x = fb.long(arg);
+        let r = fb.reg(ValType::Long);
+        fb.op(Op::Call {
+            dst: Some(r),
+            func: FuncId(1),
+            args: vec![x],
+        });
+        mb.printf(&mut fb, "11th fibonacci number: %d\n", &[r]);
+        mb.begin(fb);
+        mb.function(fib);
+        mb.finish()
+    };
+    // The language reference's example: fib(11) = 144 with fib(1)=1, fib(2)=2.
+    let (out, result, _) = run(&build(11));
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "11th fibonacci number: 144\n");
+    let (out, result, _) = run(&build(40));
+    assert_eq!(result, Err(RuntimeError::MaxNesting));
+    assert_eq!(out, "");
+}
+
+#[test]
+fn division_by_zero_and_maxaction() {
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    let fail = fb.block();
+    let s = mb.string(&mut fb, "before\n");
+    mb.printf(&mut fb, "%s", &[s]);
+    fb.term(Term::Jump(fail));
+    fb.at(fail);
+    fb.term(Term::Fail(Failure::DivisionByZero));
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(out, "before\n");
+    let error = result.unwrap_err();
+    assert_eq!(error, RuntimeError::DivisionByZero);
+    assert_eq!(error.to_string(), "division by zero");
+
+    // while (1) {} : the back edge ticks until MAXACTION (x10 in begin).
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    let body = fb.block();
+    fb.term(Term::Jump(body));
+    fb.at(body);
+    fb.op(Op::Tick);
+    fb.term(Term::Jump(body));
+    mb.begin(fb);
+    let (_, result, _) = run(&mb.finish());
+    assert_eq!(result.unwrap_err().to_string(), "MAXACTION exceeded");
+}
+
+#[test]
+fn exit_sets_the_flag_and_the_handler_goes_on() {
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    fb.op(Op::Exit);
+    let s = mb.string(&mut fb, "after exit\n");
+    mb.printf(&mut fb, "%s", &[s]);
+    mb.begin(fb);
+    let (out, result, rt) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    assert!(rt.exit_requested);
+    assert_eq!(out, "after exit\n");
+}
+
+/// `a[k] = v` for 5 keys, `delete a["c"]`, `"b" in a`, then
+/// `foreach ([k] in a- limit 3)` (by value, descending) and by key.
+#[test]
+fn arrays_delete_in_and_sorted_foreach() {
+    let mut mb = Mb::new();
+    let a = mb.global(
+        "a",
+        Storage::Array {
+            keys: vec![ValType::Str],
+            value: ValType::Long,
+            max_entries: 2048,
+            wrap: false,
+        },
+    );
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    for (k, v) in [("a", 3), ("b", 10), ("c", 7), ("d", 1), ("e", 5)] {
+        let key = mb.string(&mut fb, k);
+        let value = fb.long(v);
+        fb.op(Op::MapSet {
+            global: a,
+            keys: vec![key],
+            src: value,
+        });
+    }
+    let c = mb.string(&mut fb, "c");
+    fb.op(Op::MapDelete {
+        global: a,
+        keys: vec![c],
+    });
+    let bkey = mb.string(&mut fb, "b");
+    let (has_b, has_c) = (fb.reg(ValType::Long), fb.reg(ValType::Long));
+    fb.op(Op::MapContains {
+        dst: has_b,
+        global: a,
+        keys: vec![bkey],
+    });
+    fb.op(Op::MapContains {
+        dst: has_c,
+        global: a,
+        keys: vec![c],
+    });
+    fb.op(Op::MapAdd {
+        global: a,
+        keys: vec![bkey],
+        delta: has_b,
+    });
+    mb.printf(&mut fb, "in: %d %d\n", &[has_b, has_c]);
+    let limit = fb.long(3);
+    for (iter, sort, limit) in [
+        (
+            0,
+            Sort {
+                by: SortBy::Value,
+                descending: true,
+            },
+            Some(limit),
+        ),
+        (
+            1,
+            Sort {
+                by: SortBy::Key(0),
+                descending: false,
+            },
+            None,
+        ),
+    ] {
+        fb.f.iters += 1;
+        fb.op(Op::IterStart {
+            iter: IterId(iter),
+            global: a,
+            sort: Some(sort),
+            limit,
+        });
+        let (head, body, done) = (fb.block(), fb.block(), fb.block());
+        fb.term(Term::Jump(head));
+        fb.at(head);
+        let (has, k, v) = (
+            fb.reg(ValType::Long),
+            fb.reg(ValType::Str),
+            fb.reg(ValType::Long),
+        );
+        fb.op(Op::IterNext {
+            iter: IterId(iter),
+            has,
+            keys: vec![k],
+            value: Some(v),
+        });
+        fb.term(Term::Branch {
+            cond: has,
+            then: body,
+            otherwise: done,
+        });
+        fb.at(body);
+        fb.op(Op::Tick);
+        mb.printf(&mut fb, "%s=%d ", &[k, v]);
+        fb.term(Term::Jump(head));
+        fb.at(done);
+        let nl = mb.string(&mut fb, "\n");
+        mb.printf(&mut fb, "%s", &[nl]);
+    }
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "in: 1 0\nb=11 e=5 a=3 \na=3 b=11 d=1 e=5 \n");
+}
+
+/// `for (i=1;i<=5;i++) x<<<i` then every extractor.
+#[test]
+fn statistics_extractors() {
+    let mut mb = Mb::new();
+    let x = mb.global(
+        "x",
+        stats(
+            vec![],
+            StatNeeds {
+                min_max: true,
+                variance: true,
+                ..StatNeeds::default()
+            },
+        ),
+    );
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    for v in 1..=5 {
+        let value = fb.long(v);
+        fb.op(Op::StatAdd {
+            global: x,
+            keys: vec![],
+            value,
+        });
+    }
+    let mut regs = vec![];
+    for what in [
+        StatValue::Count,
+        StatValue::Sum,
+        StatValue::Min,
+        StatValue::Max,
+        StatValue::Avg,
+        StatValue::Variance { shift: 0 },
+    ] {
+        let dst = fb.reg(ValType::Long);
+        fb.op(Op::StatGet {
+            dst,
+            global: x,
+            keys: vec![],
+            what,
+        });
+        regs.push(dst);
+    }
+    mb.printf(&mut fb, "%d %d %d %d %d %d\n", &regs);
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "5 15 1 5 3 12\n");
+
+    // With `@variance(x, 1)` the statistic keeps shift 1: prints 2.
+    let mut mb = Mb::new();
+    let x = mb.global(
+        "x",
+        stats(
+            vec![],
+            StatNeeds {
+                variance: true,
+                ..StatNeeds::default()
+            },
+        ),
+    );
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    for v in 1..=5 {
+        let value = fb.long(v);
+        fb.op(Op::StatAdd {
+            global: x,
+            keys: vec![],
+            value,
+        });
+    }
+    let dst = fb.reg(ValType::Long);
+    fb.op(Op::StatGet {
+        dst,
+        global: x,
+        keys: vec![],
+        what: StatValue::Variance { shift: 1 },
+    });
+    mb.printf(&mut fb, "%d\n", &[dst]);
+    // @min of an empty statistic is an error.
+    let y = mb.global(
+        "y",
+        stats(
+            vec![],
+            StatNeeds {
+                min_max: true,
+                ..StatNeeds::default()
+            },
+        ),
+    );
+    let min = fb.reg(ValType::Long);
+    fb.op(Op::StatGet {
+        dst: min,
+        global: y,
+        keys: vec![],
+        what: StatValue::Min,
+    });
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(out, "2\n");
+    assert_eq!(result, Err(RuntimeError::EmptyAggregate));
+}
+
+/// Feeds `samples` (value, times) into a histogram statistic and prints it.
+fn histogram(kind: HistKind, samples: &[(i64, i64)]) -> String {
+    let mut mb = Mb::new();
+    let needs = match kind {
+        HistKind::Log => StatNeeds {
+            hist_log: true,
+            ..StatNeeds::default()
+        },
+        HistKind::Linear(h) => StatNeeds {
+            hist_linear: Some(h),
+            ..StatNeeds::default()
+        },
+    };
+    let reads = mb.global("reads", stats(vec![], needs));
+    let mut fb = Fb::new("probe0 begin", &[], None);
+    // A loop per sample value keeps the IR small.
+    for (value, times) in samples {
+        let (v, n, one) = (fb.long(*value), fb.long(*times), fb.long(1));
+        let (head, body, done) = (fb.block(), fb.block(), fb.block());
+        fb.term(Term::Jump(head));
+        fb.at(head);
+        let more = fb.reg(ValType::Long);
+        let zero = fb.long(0);
+        fb.op(Op::Compare {
+            dst: more,
+            op: CmpOp::Gt,
+            lhs: n,
+            rhs: zero,
+        });
+        fb.term(Term::Branch {
+            cond: more,
+            then: body,
+            otherwise: done,
+        });
+        fb.at(body);
+        fb.op(Op::StatAdd {
+            global: reads,
+            keys: vec![],
+            value: v,
+        });
+        fb.op(Op::Binary {
+            dst: n,
+            op: BinOp::Sub,
+            lhs: n,
+            rhs: one,
+        });
+        fb.term(Term::Jump(head));
+        fb.at(done);
+    }
+    fb.op(Op::PrintHist {
+        global: reads,
+        keys: vec![],
+        kind,
+    });
+    mb.begin(fb);
+    let (out, result, _) = run(&mb.finish());
+    assert_eq!(result, Ok(()));
+    out
+}
+
+/// The language reference's `@hist_linear(reads, 0, 10240, 200)` example.
+#[test]
+fn hist_linear_matches_the_language_reference() {
+    let h = LinearHist {
+        lo: 0,
+        hi: 10240,
+        width: 200,
+    };
+    let out = histogram(HistKind::Linear(h), &[(100, 1650), (300, 8), (1450, 1)]);
+    let expected = "\
+value |-------------------------------------------------- count
+    0 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 1650
+  200 |                                                      8
+  400 |                                                      0
+  600 |                                                      0
+      ~
+ 1000 |                                                      0
+ 1200 |                                                      0
+ 1400 |                                                      1
+ 1600 |                                                      0
+ 1800 |                                                      0
+
+";
+    assert_eq!(out, expected);
+    insta::assert_snapshot!("hist_linear_langref", out);
+}
+
+/// The language reference's `@hist_log(reads)` example.
+#[test]
+fn hist_log_matches_the_language_reference() {
+    let out = histogram(
+        HistKind::Log,
+        &[
+            (40, 254),
+            (64, 3),
+            (130, 2),
+            (300, 2),
+            (600, 4),
+            (1500, 16689),
+        ],
+    );
+    let expected = "\
+value |-------------------------------------------------- count
+    8 |                                                      0
+   16 |                                                      0
+   32 |                                                    254
+   64 |                                                      3
+  128 |                                                      2
+  256 |                                                      2
+  512 |                                                      4
+ 1024 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@ 16689
+ 2048 |                                                      0
+ 4096 |                                                      0
+
+";
+    assert_eq!(out, expected);
+    insta::assert_snapshot!("hist_log_langref", out);
+}
+
+#[test]
+fn clif_listing_of_a_small_function() {
+    let mut mb = Mb::new();
+    let mut fb = Fb::new("add3", &[ValType::Long], Some(ValType::Long));
+    let three = fb.long(3);
+    let sum = fb.bin(BinOp::Add, Reg(0), three);
+    fb.term(Term::Return(Some(sum)));
+    mb.function(fb);
+    let listing = clif_listing(&mb.finish()).expect("listing");
+    insta::assert_snapshot!("clif_add3", listing);
+}
+
+/// An in-memory stand-in for BPF maps: hash semantics, 2 CPUs.
+struct FakeMaps(std::cell::RefCell<std::collections::BTreeMap<(i32, Vec<u8>), Vec<u8>>>);
+
+impl stap_runtime::host::BpfMapOps for FakeMaps {
+    fn lookup(&self, fd: i32, key: &[u8], value: &mut [u8]) -> std::io::Result<bool> {
+        Ok(match self.0.borrow().get(&(fd, key.to_vec())) {
+            Some(v) => {
+                value.copy_from_slice(v);
+                true
+            }
+            None => false,
+        })
+    }
+    fn update(&self, fd: i32, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+        self.0
+            .borrow_mut()
+            .insert((fd, key.to_vec()), value.to_vec());
+        Ok(())
+    }
+    fn delete(&self, fd: i32, key: &[u8]) -> std::io::Result<bool> {
+        Ok(self.0.borrow_mut().remove(&(fd, key.to_vec())).is_some())
+    }
+    fn next_key(&self, fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result<bool> {
+        let map = self.0.borrow();
+        let found = map
+            .keys()
+            .filter(|(f, k)| *f == fd && key.is_none_or(|prev| k.as_slice() > prev))
+            .map(|(_, k)| k)
+            .next();
+        Ok(found.map(|k| next.copy_from_slice(k)).is_some())
+    }
+    fn possible_cpus(&self) -> usize {
+        2
+    }
+}
+
+/// Kernel-shared globals: a per-CPU statistic written "by the kernel" on
+/// two CPUs and an array, read and iterated by host code.
+#[test]
+fn kernel_shared_globals_combine_cpus() {
+    use stap_lang::bpf::layout::StatLayout;
+    let mut mb = Mb::new();
+    let needs = StatNeeds {
+        min_max: true,
+        ..StatNeeds::default()
+    };
+    let s = mb.global("s", stats(vec![], needs));
+    let a = mb.global(
+        "a",
+        Storage::Array {
+            keys: vec![ValType::Long],
+            value: ValType::Long,
+            max_entries: 2048,
+            wrap: false,
+        },
+    );
+    let mut fb = Fb::new("probe0 end", &[], None);
+    let mut regs = vec![];
+    for what in [
+        StatValue::Count,
+        StatValue::Sum,
+        StatValue::Min,
+        StatValue::Max,
+    ] {
+        let dst = fb.reg(ValType::Long);
+        fb.op(Op::StatGet {
+            dst,
+            global: s,
+            keys: vec![],
+            what,
+        });
+        regs.push(dst);
+    }
+    mb.printf(&mut fb, "%d %d %d %d\n", &regs);
+    fb.f.iters = 1;
+    fb.op(Op::IterStart {
+        iter: IterId(0),
+        global: a,
+        sort: Some(Sort {
+            by: SortBy::Value,
+            descending: true,
+        }),
+        limit: None,
+    });
+    let (head, body, done) = (fb.block(), fb.block(), fb.block());
+    fb.term(Term::Jump(head));
+    fb.at(head);
+    let (has, k, v) = (
+        fb.reg(ValType::Long),
+        fb.reg(ValType::Long),
+        fb.reg(ValType::Long),
+    );
+    fb.op(Op::IterNext {
+        iter: IterId(0),
+        has,
+        keys: vec![k],
+        value: Some(v),
+    });
+    fb.term(Term::Branch {
+        cond: has,
+        then: body,
+        otherwise: done,
+    });
+    fb.at(body);
+    mb.printf(&mut fb, "a[%d]=%d\n", &[k, v]);
+    fb.term(Term::Jump(head));
+    mb.begin(fb);
+    let module = mb.finish();
+
+    let maps = std::rc::Rc::new(FakeMaps(Default::default()));
+    // CPU 0: count 2, sum 10, min 3, max 7; CPU 1: count 1, sum -2.
+    let layout = StatLayout::new(&needs);
+    let mut value = vec![0i64; layout.slots as usize * 2];
+    value[..4].copy_from_slice(&[2, 10, 3, 7]);
+    value[4..8].copy_from_slice(&[1, -2, -2, -2]);
+    let bytes: Vec<u8> = value.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    use stap_runtime::host::BpfMapOps;
+    maps.update(10, &0u32.to_ne_bytes(), &bytes).unwrap();
+    for (key, val) in [(1i64, 5i64), (2, 50), (3, 20)] {
+        maps.update(11, &key.to_ne_bytes(), &val.to_ne_bytes())
+            .unwrap();
+    }
+
+    let program = HostProgram::compile(&module).unwrap();
+    let mut rt = HostRuntime::new(&module, Output::buffer());
+    rt.globals.attach_kernel_map(s, 10, maps.clone()).unwrap();
+    rt.globals.attach_kernel_map(a, 11, maps.clone()).unwrap();
+    assert_eq!(program.run_probe(0, &mut rt), Ok(()));
+    let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+    assert_eq!(out, "3 8 -2 7\na[2]=50\na[3]=20\na[1]=5\n");
+}

@@ -1,0 +1,997 @@
+//! Live: the BPF backend's sample programs (`stap_lang::bpf::samples`) are
+//! loaded into this machine's kernel, proving the verifier accepts them.
+//! Maps are created from the object's specs, map fds patched into the
+//! `ld_imm64`s, and `BPF_PROG_LOAD` issued with the program type the attach
+//! kind implies. On failure the verifier log is printed.
+//!
+//! Needs root (CAP_BPF + CAP_PERFMON); skips with a message otherwise.
+//! Uses raw bpf(2) so it depends on nothing but the backend's `Object`.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use stap_lang::bpf::{self, AttachKind, Object, Options, Program, samples};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+const BPF_MAP_FREEZE: libc::c_long = 22;
+
+const PROG_KPROBE: u32 = 2;
+const PROG_TRACEPOINT: u32 = 5;
+const PROG_PERF_EVENT: u32 = 7;
+const PROG_RAW_TRACEPOINT: u32 = 17;
+
+#[repr(C)]
+#[derive(Default)]
+struct MapCreateAttr {
+    map_type: u32,
+    key_size: u32,
+    value_size: u32,
+    max_entries: u32,
+    map_flags: u32,
+    inner_map_fd: u32,
+    numa_node: u32,
+    map_name: [u8; 16],
+    map_ifindex: u32,
+    btf_fd: u32,
+    btf_key_type_id: u32,
+    btf_value_type_id: u32,
+    btf_vmlinux_value_type_id: u32,
+    map_extra: u64,
+    _rest: [u64; 8],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+    _rest: [u64; 12],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+    _rest: [u64; 4],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct TestRunAttr {
+    prog_fd: u32,
+    retval: u32,
+    data_size_in: u32,
+    data_size_out: u32,
+    data_in: u64,
+    data_out: u64,
+    repeat: u32,
+    duration: u32,
+    ctx_size_in: u32,
+    ctx_size_out: u32,
+    ctx_in: u64,
+    ctx_out: u64,
+    flags: u32,
+    cpu: u32,
+    batch_size: u32,
+    _pad: u32,
+    _rest: [u64; 4],
+}
+
+fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
+    // SAFETY: `attr` is a properly sized, zero-padded bpf_attr prefix.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T as *mut u8,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    if ret < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        // SAFETY: the kernel returned a new fd that we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+    }
+}
+
+fn name16(name: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    let n = name.len().min(15);
+    out[..n].copy_from_slice(&name.as_bytes()[..n]);
+    out
+}
+
+fn create_maps(object: &Object) -> Vec<OwnedFd> {
+    object
+        .maps
+        .iter()
+        .map(|spec| {
+            let mut attr = MapCreateAttr {
+                map_type: spec.map_type,
+                key_size: spec.key_size,
+                value_size: spec.value_size,
+                max_entries: spec.max_entries,
+                map_flags: spec.flags,
+                map_name: name16(&spec.name),
+                ..Default::default()
+            };
+            let fd = sys_bpf(BPF_MAP_CREATE, &mut attr)
+                .unwrap_or_else(|e| panic!("BPF_MAP_CREATE {:?}: {e}", spec));
+            if let bpf::MapRole::Formats(data) = &spec.role {
+                fill_and_freeze(&fd, data);
+            }
+            fd
+        })
+        .collect()
+}
+
+/// The formats map: entry 0 = the bytes, then frozen (the verifier reads
+/// `bpf_snprintf` formats from frozen read-only maps only).
+fn fill_and_freeze(fd: &OwnedFd, data: &[u8]) {
+    let key = 0u32.to_le_bytes();
+    let mut attr = MapElemAttr {
+        map_fd: fd.as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: data.as_ptr() as u64,
+        ..Default::default()
+    };
+    let mut freeze = MapElemAttr {
+        map_fd: fd.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    // FREEZE insists every field after map_fd is zero.
+    for (cmd, attr) in [
+        (BPF_MAP_UPDATE_ELEM, &mut attr),
+        (BPF_MAP_FREEZE, &mut freeze),
+    ] {
+        // SAFETY: valid attrs.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                attr as *mut MapElemAttr as *mut u8,
+                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
+            )
+        };
+        assert_eq!(
+            ret,
+            0,
+            "formats map cmd {cmd}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn prog_type(attach: &AttachKind) -> u32 {
+    match attach {
+        AttachKind::RawTracepoint { .. } => PROG_RAW_TRACEPOINT,
+        AttachKind::Tracepoint { .. } => PROG_TRACEPOINT,
+        AttachKind::PerfEvent { .. } => PROG_PERF_EVENT,
+        AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => PROG_KPROBE,
+        AttachKind::Fentry { .. } => panic!("fentry needs an attach BTF id; not sampled"),
+    }
+}
+
+/// Loads one program; `Err` carries the errno and the verifier log. The
+/// first attempt asks only for statistics (a full log of a program with
+/// bounded loops can exceed any buffer); a failure is retried with the
+/// full log, whose tail (the kernel keeps the end) names the error.
+fn load(program: &Program, fds: &[OwnedFd]) -> Result<(OwnedFd, String), String> {
+    load_with_log(program, fds, 4).or_else(|first| {
+        load_with_log(program, fds, 1)
+            .map_err(|log| format!("{first}\n--- full log (tail) ---\n{log}"))
+    })
+}
+
+fn load_with_log(
+    program: &Program,
+    fds: &[OwnedFd],
+    log_level: u32,
+) -> Result<(OwnedFd, String), String> {
+    let mut insns = program.insns.clone();
+    for &(at, map) in &program.map_relocs {
+        let mut bytes = insns[at].to_le_bytes();
+        bytes[4..8].copy_from_slice(&fds[map].as_raw_fd().to_le_bytes());
+        insns[at] = u64::from_le_bytes(bytes);
+    }
+    let license = CString::new("GPL").unwrap();
+    let mut log = vec![0u8; 4 << 20];
+    let mut attr = ProgLoadAttr {
+        prog_type: prog_type(&program.attach),
+        insn_cnt: insns.len() as u32,
+        insns: insns.as_ptr() as u64,
+        license: license.as_ptr() as u64,
+        log_level,
+        log_size: log.len() as u32,
+        log_buf: log.as_mut_ptr() as u64,
+        prog_name: name16(&program.name),
+        ..Default::default()
+    };
+    let result = sys_bpf(BPF_PROG_LOAD, &mut attr);
+    let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
+    let text = String::from_utf8_lossy(&log[..end]).into_owned();
+    match result {
+        Ok(fd) => Ok((fd, text)),
+        Err(e) => Err(format!("{e}\n{text}")),
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn options() -> Options {
+    Options {
+        max_string_len: 512,
+        test_out_of_bounds: false,
+        cpus: bpf::DEFAULT_CPUS,
+    }
+}
+
+/// The verifier's "processed N insns" figure, for the report line.
+fn processed(log: &str) -> &str {
+    log.lines()
+        .find(|line| line.starts_with("processed"))
+        .unwrap_or("")
+}
+
+#[test]
+fn every_sample_passes_the_verifier() {
+    if !is_root() {
+        eprintln!("skipped: loading BPF programs needs root");
+        return;
+    }
+    let mut failures = Vec::new();
+    for sample in samples::all(512) {
+        let object = bpf::compile(&sample.module, &options())
+            .unwrap_or_else(|e| panic!("{}: compile failed: {e:?}", sample.name));
+        let fds = create_maps(&object);
+        for program in &object.programs {
+            match load(program, &fds) {
+                Ok((_, log)) => eprintln!(
+                    "{}: loaded {} insns; {}",
+                    sample.name,
+                    program.insns.len(),
+                    processed(&log)
+                ),
+                Err(error) => {
+                    let listing = bpf::listing(&object, &sample.map);
+                    failures.push(format!("{}: {error}\n{listing}", sample.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn small_max_string_len_also_loads() {
+    if !is_root() {
+        eprintln!("skipped: loading BPF programs needs root");
+        return;
+    }
+    for sample in samples::all(64) {
+        let options = Options {
+            max_string_len: 64,
+            test_out_of_bounds: false,
+            cpus: bpf::DEFAULT_CPUS,
+        };
+        let object = bpf::compile(&sample.module, &options).expect("compiles");
+        let fds = create_maps(&object);
+        for program in &object.programs {
+            if let Err(error) = load(program, &fds) {
+                panic!("{} (MAXSTRINGLEN=64): {error}", sample.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn verifier_rejection_maps_back_to_the_statement() {
+    if !is_root() {
+        eprintln!("skipped: loading BPF programs needs root");
+        return;
+    }
+    let sample = samples::all(512)
+        .into_iter()
+        .find(|s| s.name == "counter")
+        .unwrap();
+    let options = Options {
+        test_out_of_bounds: true,
+        ..options()
+    };
+    let object = bpf::compile(&sample.module, &options).expect("compiles");
+    let fds = create_maps(&object);
+    let program = &object.programs[0];
+    let error = load(program, &fds).expect_err("the out-of-bounds read must be rejected");
+    // The verifier names the failing instruction as its last "N: (..)" line.
+    let failing = error
+        .lines()
+        .filter_map(|line| line.split(':').next()?.trim().parse::<usize>().ok())
+        .next_back()
+        .expect("the log names an instruction");
+    let span = program
+        .lines
+        .iter()
+        .rev()
+        .find(|(at, _)| *at <= failing)
+        .map(|(_, span)| *span)
+        .expect("a line entry before the failing instruction");
+    assert_eq!(
+        sample.map.text(span),
+        "drops[$location] <<< 1",
+        "verifier log:\n{error}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Running programs: BPF_PROG_TEST_RUN executes a raw-tracepoint program in
+// this thread's context with a chosen ctx[], so the emitted code's results
+// (maps, ring-buffer records) can be checked, not just its acceptance.
+// ---------------------------------------------------------------------------
+
+struct Running {
+    object: Object,
+    fds: Vec<OwnedFd>,
+    program: OwnedFd,
+    ring: Ring,
+}
+
+impl Running {
+    fn start(sample: &samples::Sample) -> Running {
+        let object = bpf::compile(&sample.module, &options()).expect("compiles");
+        let fds = create_maps(&object);
+        let (program, _) = load(&object.programs[0], &fds).unwrap_or_else(|e| panic!("{e}"));
+        let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+        let ring = Ring::new(&fds[events], object.maps[events].max_entries as usize);
+        let running = Running {
+            object,
+            fds,
+            program,
+            ring,
+        };
+        running.set_run_flag();
+        running
+    }
+
+    /// Sets the run flag, as the host does after the begin probes.
+    fn set_run_flag(&self) {
+        let control = role_index(&self.object, |r| matches!(r, bpf::MapRole::Control));
+        let mut value = [0u8; 16];
+        value[..8].copy_from_slice(&1u64.to_le_bytes());
+        self.update(control, &0u32.to_le_bytes(), &value);
+    }
+
+    fn update(&self, map: usize, key: &[u8], value: &[u8]) {
+        let mut attr = MapElemAttr {
+            map_fd: self.fds[map].as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: valid attr; the key and value outlive the call.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_UPDATE_ELEM,
+                &mut attr as *mut MapElemAttr as *mut u8,
+                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
+            )
+        };
+        assert_eq!(ret, 0, "map update: {}", std::io::Error::last_os_error());
+    }
+
+    fn lookup(&self, map: usize, key: &[u8]) -> Option<Vec<u8>> {
+        let spec = &self.object.maps[map];
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) * 4;
+        let mut value = vec![0u8; spec.value_size as usize * cpus];
+        let mut attr = MapElemAttr {
+            map_fd: self.fds[map].as_raw_fd() as u32,
+            key: key.as_ptr() as u64,
+            value: value.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        // SAFETY: valid attr; lookup writes at most `value.len()` bytes for
+        // the map sizes used here.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_LOOKUP_ELEM,
+                &mut attr as *mut MapElemAttr as *mut u8,
+                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
+            )
+        };
+        (ret == 0).then(|| {
+            value.truncate(spec.value_size as usize);
+            value
+        })
+    }
+
+    fn global(&self, id: u32) -> usize {
+        role_index(&self.object, |r| {
+            *r == bpf::MapRole::Global(stap_lang::sema::hir::GlobalId(id))
+        })
+    }
+
+    /// Runs the program once with `args` as the raw tracepoint's ctx[], in
+    /// this thread's context.
+    fn run(&self, args: &[u64]) {
+        self.run_with(args, false)
+    }
+
+    /// Runs it on CPU 0 (`BPF_F_TEST_RUN_ON_CPU`), so per-CPU state is
+    /// predictable; the task is then whatever CPU 0 was running.
+    fn run_on_cpu0(&self, args: &[u64]) {
+        self.run_with(args, true)
+    }
+
+    fn run_with(&self, args: &[u64], on_cpu0: bool) {
+        let mut attr = TestRunAttr {
+            prog_fd: self.program.as_raw_fd() as u32,
+            ctx_size_in: (args.len() * 8) as u32,
+            ctx_in: args.as_ptr() as u64,
+            flags: u32::from(on_cpu0),
+            cpu: 0,
+            ..Default::default()
+        };
+        // SAFETY: valid attr for a raw tracepoint test run.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                &mut attr as *mut TestRunAttr as *mut u8,
+                std::mem::size_of::<TestRunAttr>() as libc::c_uint,
+            )
+        };
+        assert_eq!(
+            ret,
+            0,
+            "BPF_PROG_TEST_RUN: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+fn role_index(object: &Object, want: impl Fn(&bpf::MapRole) -> bool) -> usize {
+    object
+        .maps
+        .iter()
+        .position(|m| want(&m.role))
+        .expect("map exists")
+}
+
+/// A minimal ring-buffer consumer (the layout of kernel/bpf/ringbuf.c).
+struct Ring {
+    consumer: *mut u64,
+    producer: *const u64,
+    data: *const u8,
+    size: usize,
+}
+
+impl Ring {
+    fn new(fd: &OwnedFd, size: usize) -> Ring {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: mapping a ring buffer fd as the kernel documents: one
+        // writable consumer page, then the producer page and the data
+        // mapped twice, read-only.
+        unsafe {
+            let consumer = libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            );
+            assert_ne!(consumer, libc::MAP_FAILED);
+            let producer = libc::mmap(
+                std::ptr::null_mut(),
+                page + 2 * size,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                page as libc::off_t,
+            );
+            assert_ne!(producer, libc::MAP_FAILED);
+            Ring {
+                consumer: consumer as *mut u64,
+                producer: producer as *const u64,
+                data: (producer as *const u8).add(page),
+                size,
+            }
+        }
+    }
+
+    /// Every committed record since the last call.
+    fn drain(&self) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        // SAFETY: the pointers come from the mmaps above; positions are
+        // read with volatile loads since the kernel writes them.
+        unsafe {
+            let mut cons = std::ptr::read_volatile(self.consumer);
+            let prod = std::ptr::read_volatile(self.producer);
+            while cons < prod {
+                let at = self.data.add(cons as usize & (self.size - 1));
+                let header = std::ptr::read_volatile(at as *const u32);
+                let len = (header & 0x3fff_ffff) as usize;
+                if header & (1 << 30) == 0 {
+                    out.push(std::slice::from_raw_parts(at.add(8), len).to_vec());
+                }
+                cons += ((len + 8 + 7) & !7) as u64;
+            }
+            std::ptr::write_volatile(self.consumer, cons);
+        }
+        out
+    }
+}
+
+fn sample(name: &str) -> samples::Sample {
+    samples::all(512)
+        .into_iter()
+        .find(|s| s.name == name)
+        .expect("sample exists")
+}
+
+fn long_at(bytes: &[u8], slot: usize) -> i64 {
+    i64::from_le_bytes(bytes[slot * 8..slot * 8 + 8].try_into().unwrap())
+}
+
+fn my_comm() -> String {
+    std::fs::read_to_string("/proc/thread-self/comm")
+        .unwrap()
+        .trim_end()
+        .to_string()
+}
+
+#[test]
+fn division_is_signed_and_reports_zero_divisors() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("division");
+    let running = Running::start(&sample);
+    let ratio = running.global(0);
+    for (a, b) in [
+        (100i64, 7i64),
+        (-100, 7),
+        (100, -7),
+        (-100, -7),
+        (i64::MIN, -1),
+        (-3, 1000),
+    ] {
+        running.run(&[0, a as u64, b as u64, 0]);
+        let value = running.lookup(ratio, &0u32.to_le_bytes()).unwrap();
+        let expected = a.wrapping_div(b).wrapping_rem(7);
+        assert_eq!(long_at(&value, 0), expected, "({a} / {b}) % 7");
+    }
+    assert!(running.ring.drain().is_empty());
+    running.run(&[0, 5, 0, 0]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &sample.module, 512).unwrap();
+    match record.body {
+        bpf::records::RecordBody::Error { kind, span } => {
+            assert_eq!(kind, bpf::records::ErrorKind::DivisionByZero);
+            assert_eq!(sample.map.text(span), "$location / $reason");
+        }
+        other => panic!("expected an error record, got {other:?}"),
+    }
+}
+
+#[test]
+fn printf_record_carries_string_long_and_symbol() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("printf");
+    let running = Running::start(&sample);
+    running.run(&[0, 0, 0xffff_ffff_8100_0000]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &sample.module, 512).unwrap();
+    let bpf::records::RecordBody::Printf { args, .. } = record.body else {
+        panic!("expected printf, got {:?}", record.body);
+    };
+    assert_eq!(args[0], bpf::records::Arg::Str(my_comm().as_bytes()));
+    assert_eq!(args[1], bpf::records::Arg::Long(std::process::id() as i64));
+    assert_eq!(
+        args[2],
+        bpf::records::Arg::Symbol {
+            addr: 0xffff_ffff_8100_0000,
+            how: stap_lang::ir::SymbolText::Name
+        }
+    );
+}
+
+#[test]
+fn concat_store_and_compare() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("concat");
+    let running = Running::start(&sample);
+    running.run(&[0, 0, 0]);
+    let last = running
+        .lookup(running.global(0), &0u32.to_le_bytes())
+        .unwrap();
+    let expected = format!("{}-exec", my_comm());
+    assert_eq!(&last[..expected.len()], expected.as_bytes());
+    assert!(last[expected.len()..].iter().all(|b| *b == 0), "NUL padded");
+    let count = running
+        .lookup(running.global(1), &0u32.to_le_bytes())
+        .unwrap();
+    assert_eq!(long_at(&count, 0), 0, "the comm is not bash");
+}
+
+#[test]
+fn loop_with_ticks_and_map_set() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("while_loop");
+    let running = Running::start(&sample);
+    running.run(&[0, 0, 0, 0]);
+    let pid = std::process::id() as u64;
+    let steps = running
+        .lookup(running.global(0), &pid.to_le_bytes())
+        .unwrap();
+    assert_eq!(long_at(&steps, 0), 10);
+}
+
+#[test]
+fn spilled_longs_keep_their_values() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("many_longs");
+    let running = Running::start(&sample);
+    running.run(&[1000, 200, 30, 4]);
+    let total = running
+        .lookup(running.global(0), &0u32.to_le_bytes())
+        .unwrap();
+    let pid = std::process::id() as i64;
+    // cpu() is 0 or 1 here: the sum is exact up to the CPU number.
+    let rest = long_at(&total, 0) - 1234 - pid;
+    assert!((0..1024).contains(&rest), "total {}", long_at(&total, 0));
+}
+
+#[test]
+fn kernel_read_fault_reports_the_address() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("kernel_string");
+    let running = Running::start(&sample);
+    running.run(&[0, 0, 0x1000]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &sample.module, 512).unwrap();
+    match record.body {
+        bpf::records::RecordBody::Error { kind, span } => {
+            assert_eq!(kind, bpf::records::ErrorKind::KernelRead(0x1060));
+            assert_eq!(sample.map.text(span), "$bprm->filename");
+        }
+        other => panic!("expected an error record, got {other:?}"),
+    }
+}
+
+#[test]
+fn statistics_match_the_host_arithmetic() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use stap_lang::bpf::layout::StatLayout;
+    use stap_runtime::host::stats::StatShape;
+    let sample = sample("hist_log");
+    let running = Running::start(&sample);
+    let values = [
+        0i64,
+        1,
+        2,
+        3,
+        -1,
+        -5,
+        24,
+        25,
+        100,
+        101,
+        -100,
+        -150,
+        1000,
+        i64::MIN,
+        i64::MAX,
+    ];
+    for v in values {
+        running.run_on_cpu0(&[0, 0, v as u64, 0]);
+    }
+    let map = running.global(0);
+    let spec = &running.object.maps[map];
+    let mut raw = vec![0u8; spec.value_size as usize * possible_cpus()];
+    let key = 0u32.to_le_bytes();
+    let mut attr = MapElemAttr {
+        map_fd: running.fds[map].as_raw_fd() as u32,
+        key: key.as_ptr() as u64,
+        value: raw.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    // SAFETY: the buffer holds one value per possible CPU.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_LOOKUP_ELEM,
+            &mut attr as *mut MapElemAttr as *mut u8,
+            std::mem::size_of::<MapElemAttr>() as libc::c_uint,
+        )
+    };
+    assert_eq!(ret, 0);
+    let stap_lang::ir::Storage::Stats { needs, .. } = &sample.module.globals[0].storage else {
+        unreachable!()
+    };
+    // Every run was on CPU 0: its slots must be exactly what the host's
+    // statistics code computes for the same samples.
+    let shape = StatShape {
+        layout: StatLayout::new(needs),
+        shift: 0,
+    };
+    let mut expected = shape.empty();
+    for v in values {
+        shape.add(&mut expected, v);
+    }
+    let cpu0: Vec<i64> = (0..shape.layout.slots as usize)
+        .map(|slot| long_at(&raw, slot))
+        .collect();
+    assert_eq!(cpu0, expected);
+}
+
+fn possible_cpus() -> usize {
+    // "0-1" or "0": the highest index plus one.
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let last = text.trim().rsplit(['-', ',']).next().unwrap();
+    last.parse::<usize>().unwrap() + 1
+}
+
+fn kallsyms_address(name: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    text.lines()
+        .find_map(|line| {
+            let mut parts = line.split_whitespace();
+            let addr = parts.next()?;
+            let _kind = parts.next()?;
+            (parts.next()? == name).then(|| u64::from_str_radix(addr, 16).ok())?
+        })
+        .expect("symbol in kallsyms")
+}
+
+fn c_string(bytes: &[u8]) -> &str {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    std::str::from_utf8(&bytes[..end]).unwrap()
+}
+
+#[test]
+fn sprintf_and_symname_format_in_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("sprintf");
+    let running = Running::start(&sample);
+    let tcp_v4_rcv = kallsyms_address("tcp_v4_rcv");
+    running.run(&[0, tcp_v4_rcv + 0x10, 0x2a, 0]);
+    let label = running
+        .lookup(running.global(0), &0u32.to_le_bytes())
+        .unwrap();
+    assert_eq!(
+        c_string(&label),
+        format!("{}-{}-2a", my_comm(), std::process::id())
+    );
+    assert!(label[c_string(&label).len()..].iter().all(|b| *b == 0));
+    let sym = running
+        .lookup(running.global(1), &0u32.to_le_bytes())
+        .unwrap();
+    assert_eq!(c_string(&sym), "tcp_v4_rcv");
+}
+
+// ---------------------------------------------------------------------------
+// Real scripts: elaborated against this machine's kernel, lowered by
+// `ir::lower`, compiled and loaded.
+// ---------------------------------------------------------------------------
+
+/// Elaborates and lowers `script` against the running kernel.
+fn lower_script(name: &str, script: &str) -> (stap_lang::source::SourceMap, stap_lang::ir::Module) {
+    use stap_lang::kernel::KernelFacts;
+    let kernel = stap_runtime::kernel::BtfKernel::open_default().expect("kernel BTF");
+    let config = |name: &str| kernel.config(name);
+    let env = stap_lang::preprocess::PreprocessEnv {
+        kernel: kernel.version(),
+        arch: kernel.arch(),
+        config: &config,
+        args: &[],
+    };
+    let mut map = stap_lang::source::SourceMap::new();
+    let id = map.add(name, script);
+    let parsed = stap_lang::parse::parse_file(&map, id, &env);
+    let render = stap_lang::diag::render_plain;
+    assert!(parsed.diags.is_empty(), "{}", render(&map, &parsed.diags));
+    let (program, diags) = stap_lang::sema::elaborate(
+        &[parsed.file],
+        &[],
+        &kernel,
+        &stap_lang::sema::ElabOptions::default(),
+    );
+    let program = program.unwrap_or_else(|| panic!("{}", render(&map, &diags)));
+    let module =
+        stap_lang::ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render(&map, &d)));
+    (map, module)
+}
+
+const SCRIPTS: &[(&str, &str)] = &[
+    (
+        "exec.stp",
+        "probe kernel.trace(\"sched:sched_process_exec\") {\n  printf(\"%s %d %s\\n\", execname(), pid(), kernel_string($bprm->filename))\n}\n",
+    ),
+    (
+        "openat.stp",
+        "global opens\nprobe kernel.trace(\"syscalls:sys_enter_openat\") {\n  opens[execname(), user_string($filename)]++\n}\n",
+    ),
+    (
+        "profile.stp",
+        "global samples\nprobe timer.profile {\n  samples[cpu()] <<< 1\n}\n",
+    ),
+    (
+        "loop.stp",
+        "probe kernel.trace(\"sched:sched_switch\") {\n  x = 0\n  while (x < 100) x += 3\n  if (x % 7 == 2) printf(\"%d\\n\", x / -3)\n}\n",
+    ),
+    (
+        "sprintf.stp",
+        "global names\nprobe kernel.trace(\"kfree_skb\") {\n  names[sprintf(\"%s-%d-%x\", execname(), pid(), $reason)]++\n  if (symname($location) == \"tcp_v4_rcv\") printf(\"tcp %s\\n\", symdata($location))\n}\n",
+    ),
+    (
+        "stats.stp",
+        "global lat\nprobe kernel.trace(\"sched:sched_switch\") {\n  lat[$prev->pid] <<< $prev->prio\n}\nprobe end {\n  foreach (p in lat) printf(\"%d %d %d\\n\", p, @variance(lat[p], 2), @max(lat[p]))\n  print(@hist_log(lat[0]))\n}\n",
+    ),
+];
+
+#[test]
+fn lowered_scripts_pass_the_verifier() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let drops = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/drops.stp"
+    ))
+    .unwrap();
+    let mut scripts: Vec<(&str, String)> = vec![("drops.stp", drops)];
+    scripts.extend(SCRIPTS.iter().map(|(n, s)| (*n, s.to_string())));
+    let mut failures = Vec::new();
+    for (name, script) in &scripts {
+        let (map, module) = lower_script(name, script);
+        let object = match bpf::compile(&module, &options()) {
+            Ok(object) => object,
+            Err(diags) => {
+                failures.push(format!(
+                    "{name}: {}",
+                    stap_lang::diag::render_plain(&map, &diags)
+                ));
+                continue;
+            }
+        };
+        assert!(!object.programs.is_empty(), "{name}: no kernel programs");
+        let fds = create_maps(&object);
+        for program in &object.programs {
+            match load(program, &fds) {
+                Ok((_, log)) => eprintln!(
+                    "{name}/{}: loaded {} insns; {}",
+                    program.name,
+                    program.insns.len(),
+                    processed(&log)
+                ),
+                Err(error) => {
+                    let tail: Vec<&str> = error.lines().rev().take(40).collect();
+                    let tail: Vec<&str> = tail.into_iter().rev().collect();
+                    failures.push(format!(
+                        "{name}/{}: {}\n{}",
+                        program.name,
+                        tail.join("\n"),
+                        bpf::listing(&object, &map)
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn statistics_are_extracted_over_every_cpu() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let sample = sample("stat_get");
+    let running = Running::start(&sample);
+    let out = running.global(1);
+    let values = [7i64, -3, 12, 5, -20, 9];
+    for (i, v) in values.iter().enumerate() {
+        // Alternate CPU 0 and this thread's CPU so the values spread.
+        if i % 2 == 0 {
+            running.run_on_cpu0(&[0, 0, *v as u64, 0]);
+        } else {
+            running.run(&[0, 0, *v as u64, 0]);
+        }
+    }
+    let read = |slot: u64| long_at(&running.lookup(out, &slot.to_le_bytes()).unwrap(), 0);
+    let sum: i64 = values.iter().sum();
+    assert_eq!(read(0), values.len() as i64);
+    assert_eq!(read(1), sum);
+    assert_eq!(read(2), -20);
+    assert_eq!(read(3), 12);
+    assert_eq!(read(4), sum / values.len() as i64);
+}
+
+#[test]
+fn extraction_past_the_compiled_cpu_count_is_an_error() {
+    if !is_root() || possible_cpus() < 2 {
+        eprintln!("skipped: needs root and two CPUs");
+        return;
+    }
+    let sample = sample("stat_get");
+    let options = Options {
+        cpus: 1,
+        ..options()
+    };
+    let object = bpf::compile(&sample.module, &options).unwrap();
+    let fds = create_maps(&object);
+    let (program, _) = load(&object.programs[0], &fds).unwrap();
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 0, 5, 0]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &sample.module, 512).unwrap();
+    assert!(
+        matches!(
+            record.body,
+            bpf::records::RecordBody::Error {
+                kind: bpf::records::ErrorKind::TooManyCpus,
+                ..
+            }
+        ),
+        "{record:?}"
+    );
+}

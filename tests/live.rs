@@ -1,0 +1,567 @@
+//! Live acceptance tests: the real `stap-rs` binary runs scripts against this
+//! machine's kernel (root needed), the test makes the probed event happen,
+//! and asserts on what the script printed.
+//!
+//! Every test filters on its own trigger (a process name no one else uses),
+//! runs under `-T 20` and waits a bounded time. They hold one lock, so only
+//! one session runs at a time: the kill -9 test must see only its own
+//! programs disappear. Trigger programs are the C files in `tests/live/`,
+//! compiled with `cc` into the test's temporary directory.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// How long a session may take to start (compile, load, attach).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a session may take to end once started (`-T 20` plus margin).
+const FINISH_TIMEOUT: Duration = Duration::from_secs(45);
+const READY_LINE: &str = "Pass 5: starting run.";
+
+static ONE_SESSION_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    ONE_SESSION_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Compiles `tests/live/NAME.c` and returns the binary's path.
+fn build(name: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/live")
+        .join(format!("{name}.c"));
+    let binary = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let status = Command::new("cc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&binary)
+        .arg(&source)
+        .status()
+        .expect("running cc (tests/setup.sh installs it)");
+    assert!(status.success(), "cc failed for {}", source.display());
+    binary
+}
+
+/// A running `stap-rs` session with its output collected in the background.
+struct Session {
+    child: Child,
+    stderr_lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    stdout: Option<JoinHandle<String>>,
+}
+
+struct Finished {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Session {
+    /// Starts `stap-rs -v -T 20 ARGS...`.
+    fn start(args: &[&str]) -> Session {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+            .args(["-v", "-T", "20"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting stap-rs");
+        let mut out = child.stdout.take().expect("piped stdout");
+        let stdout = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        });
+        let err = child.stderr.take().expect("piped stderr");
+        let (send, stderr_lines) = mpsc::channel();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let all = Arc::clone(&stderr);
+        thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if let Ok(mut all) = all.lock() {
+                    all.push_str(&line);
+                    all.push('\n');
+                }
+                let _ = send.send(line);
+            }
+        });
+        Session {
+            child,
+            stderr_lines,
+            stderr,
+            stdout: Some(stdout),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr_so_far(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Waits for the ready line (every probe attached and live).
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.stderr_lines.recv_timeout(left) {
+                Ok(line) if line.contains(READY_LINE) => return,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "stap-rs never became ready; stderr:\n{}",
+            self.stderr_so_far()
+        );
+    }
+
+    fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    /// Waits for the session to end on its own (killing it after the
+    /// finish timeout) and returns everything it printed.
+    fn finish(mut self) -> Finished {
+        let deadline = Instant::now() + FINISH_TIMEOUT;
+        let status = loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let status = self.child.wait().expect("waiting for stap-rs");
+                let stderr = self.stderr_so_far();
+                panic!("stap-rs did not finish in time ({status}); stderr:\n{stderr}");
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        let stdout = self
+            .stdout
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        // The stderr reader ends at EOF, right after the process exits.
+        thread::sleep(Duration::from_millis(50));
+        Finished {
+            status,
+            stdout,
+            stderr: self.stderr_so_far(),
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if !self.has_exited() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `trigger NAME ARGS...` every 200 ms until the session ends (the
+/// scripts `exit()` at the first matching event), so a trigger that fires
+/// a little early or is lost does not fail the test.
+fn trigger_until_done(session: &mut Session, trigger: &Path, args: &[&str]) {
+    let deadline = Instant::now() + FINISH_TIMEOUT;
+    while !session.has_exited() && Instant::now() < deadline {
+        let status = Command::new(trigger)
+            .args(args)
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger {args:?} failed: {status}");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A loopback TCP port with nothing listening on it.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a port");
+    listener.local_addr().expect("local address").port()
+}
+
+#[track_caller]
+fn assert_success(done: &Finished) {
+    assert!(
+        done.status.success(),
+        "stap-rs failed ({})\nstdout:\n{}\nstderr:\n{}",
+        done.status,
+        done.stdout,
+        done.stderr
+    );
+}
+
+#[test]
+fn kfree_skb_names_the_dropping_function_and_process() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let mut session = Session::start(&[
+        "-e",
+        r#"probe kernel.trace("kfree_skb") {
+             if (execname() == "stapT1conn") {
+               printf("%s %s\n", execname(), symname($location)); exit()
+             }
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapT1conn", "connect", &port]);
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "stapT1conn tcp_v4_rcv\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// A veth pair whose peer lives in a fresh network namespace, with static
+/// neighbour entries both ways so no ARP traffic muddles the drops. Removed
+/// on drop, whatever the test's outcome.
+struct VethPair {
+    namespace: String,
+    outer: String,
+    inner: String,
+}
+
+const OUTER_ADDR: &str = "10.213.77.1";
+const INNER_ADDR: &str = "10.213.77.2";
+const OUTER_MAC: &str = "02:5a:70:00:00:01";
+const INNER_MAC: &str = "02:5a:70:00:00:02";
+
+impl VethPair {
+    fn create() -> VethPair {
+        let tag = std::process::id() % 100_000;
+        let pair = VethPair {
+            namespace: format!("stapT2ns{tag}"),
+            outer: format!("stT2o{tag}"),
+            inner: format!("stT2i{tag}"),
+        };
+        pair.cleanup();
+        let ns = pair.namespace.as_str();
+        let (outer, inner) = (pair.outer.as_str(), pair.inner.as_str());
+        let outer_cidr = format!("{OUTER_ADDR}/30");
+        let inner_cidr = format!("{INNER_ADDR}/30");
+        let steps: [&[&str]; 9] = [
+            &["netns", "add", ns],
+            &[
+                "link", "add", outer, "address", OUTER_MAC, "type", "veth", "peer", "name", inner,
+                "address", INNER_MAC, "netns", ns,
+            ],
+            &["addr", "add", &outer_cidr, "dev", outer],
+            &["link", "set", outer, "up"],
+            &[
+                "neigh",
+                "replace",
+                INNER_ADDR,
+                "lladdr",
+                INNER_MAC,
+                "dev",
+                outer,
+                "nud",
+                "permanent",
+            ],
+            &["-n", ns, "addr", "add", &inner_cidr, "dev", inner],
+            &["-n", ns, "link", "set", inner, "up"],
+            &["-n", ns, "link", "set", "lo", "up"],
+            &[
+                "-n",
+                ns,
+                "neigh",
+                "replace",
+                OUTER_ADDR,
+                "lladdr",
+                OUTER_MAC,
+                "dev",
+                inner,
+                "nud",
+                "permanent",
+            ],
+        ];
+        for step in steps {
+            let status = Command::new("ip").args(step).status().expect("running ip");
+            assert!(status.success(), "ip {step:?} failed");
+        }
+        pair
+    }
+
+    fn cleanup(&self) {
+        let quiet = |args: &[&str]| {
+            let _ = Command::new("ip")
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        quiet(&["link", "del", &self.outer]);
+        quiet(&["netns", "del", &self.namespace]);
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+#[test]
+fn device_name_of_a_veth_drop_through_member_chain_and_cast() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let veth = VethPair::create();
+    let mut session = Session::start(&[
+        "-e",
+        r#"function devname:string(skb:long) {
+             dev = @cast(skb, "struct sk_buff", "kernel<linux/skbuff.h>")->dev
+             dev_name = @cast(dev, "struct net_device", "kernel<linux/netdevice.h>")->name
+             if (dev_name != 0) { return sprintf("%s", kernel_string(dev_name)); } else { return "unknown" }
+           }
+           probe kernel.trace("kfree_skb") {
+             if (execname() == "stapT2udp") {
+               printf("chain %s\n", kernel_string($skb->dev->name))
+               printf("cast %s\n", devname($skb))
+               exit()
+             }
+           }"#,
+    ]);
+    session.wait_ready();
+    // UDP to a closed port inside the namespace: dropped there (no socket)
+    // on the inner veth, in the sender's softirq context.
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapT2udp", "udp", INNER_ADDR, "9"],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    let expected = format!("chain {0}\ncast {0}\n", veth.inner);
+    assert_eq!(done.stdout, expected, "stderr:\n{}", done.stderr);
+}
+
+#[test]
+fn long_strings_built_in_a_kernel_probe_arrive_intact() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let script = format!(
+        r#"probe kernel.trace("kfree_skb") {{
+             if (execname() == "stapT3conn") {{
+               a = "{alphabet}"
+               s = a . a . a
+               s = sprintf("%s|%d|%s", s, 12345, a)
+               printf("%s\n", s)
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapT3conn", "connect", &port]);
+    let done = session.finish();
+    assert_success(&done);
+    let expected = format!("{alphabet}{alphabet}{alphabet}|12345|{alphabet}");
+    assert_eq!(expected.len(), 255);
+    let line = done.stdout.strip_suffix('\n').unwrap_or(&done.stdout);
+    assert_eq!(line.len(), expected.len(), "stderr:\n{}", done.stderr);
+    assert_eq!(line, expected);
+}
+
+#[test]
+fn uprobe_reads_an_int_and_a_user_string_argument() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"probe process("{path}").function("f") {{ printf("f %d %s\n", $n, user_string($s)) }}"#
+    );
+    // -c: the command runs once every probe is live; the session ends
+    // when it exits.
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "f 42 hello-uprobe\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// CONFIG_HZ of the running kernel, from /proc/config.gz.
+fn kernel_hz() -> u64 {
+    let out = Command::new("sh")
+        .args(["-c", "zcat /proc/config.gz | grep '^CONFIG_HZ='"])
+        .output()
+        .expect("reading /proc/config.gz");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .strip_prefix("CONFIG_HZ=")
+        .and_then(|hz| hz.parse().ok())
+        .unwrap_or_else(|| panic!("no CONFIG_HZ in /proc/config.gz: {text:?}"))
+}
+
+#[test]
+fn timer_profile_samples_a_busy_cpu_at_hz() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let command = format!("{} stapT5spin spin 4", trigger.display());
+    let done = Session::start(&[
+        "-c",
+        &command,
+        "-e",
+        r#"global samples
+           probe timer.profile { if (execname() == "stapT5spin") samples++ }
+           probe timer.s(2) { printf("samples %d\n", samples); exit() }"#,
+    ])
+    .finish();
+    assert_success(&done);
+    let samples: u64 = done
+        .stdout
+        .trim()
+        .strip_prefix("samples ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "unexpected output {:?}; stderr:\n{}",
+                done.stdout, done.stderr
+            )
+        });
+    // One busy CPU for two seconds.
+    let expected = kernel_hz() * 2;
+    assert!(
+        samples >= expected / 2 && samples <= expected * 3 / 2,
+        "{samples} samples, expected {expected} ± 50%"
+    );
+}
+
+#[test]
+fn verifier_rejection_names_the_script_line() {
+    let _one = serial();
+    let done = Session::start(&[
+        "--test-verifier-reject",
+        "-e",
+        "probe kernel.trace(\"kfree_skb\") {\n  x = 1\n  printf(\"%d\\n\", x)\n}\n",
+    ])
+    .finish();
+    assert!(
+        !done.status.success(),
+        "a rejected program must fail the run"
+    );
+    assert!(
+        done.stderr.contains("verifier"),
+        "the error must say the verifier rejected it:\n{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("<input>:2:"),
+        "the error must name line 2 of the script:\n{}",
+        done.stderr
+    );
+    assert!(!done.stderr.contains(READY_LINE), "{}", done.stderr);
+}
+
+/// BPF object ids held by a process, read from its fds' fdinfo: programs
+/// (`prog_id`) and links (`link_id`).
+fn bpf_ids_of(pid: u32) -> (Vec<u64>, Vec<u64>) {
+    let (mut progs, mut links) = (Vec::new(), Vec::new());
+    let dir = format!("/proc/{pid}/fdinfo");
+    for entry in std::fs::read_dir(&dir).expect("reading fdinfo").flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            let mut parts = line.split(':');
+            let (Some(key), Some(value)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(id) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            match key {
+                "prog_id" if !progs.contains(&id) => progs.push(id),
+                "link_id" if !links.contains(&id) => links.push(id),
+                _ => {}
+            }
+        }
+    }
+    (progs, links)
+}
+
+/// Whether bpftool still finds `kind` (prog or link) `id`.
+fn bpf_object_exists(kind: &str, id: u64) -> bool {
+    Command::new("bpftool")
+        .args([kind, "show", "id", &id.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("running bpftool (tests/setup.sh installs it)")
+        .success()
+}
+
+#[test]
+fn kill_9_leaves_no_program_link_or_uprobe_behind() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"global hits
+           probe process("{path}").function("f") {{ hits++ }}
+           probe kernel.trace("kfree_skb") {{ hits++ }}
+           probe timer.profile {{ hits++ }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let (progs, links) = bpf_ids_of(session.pid());
+    assert!(
+        progs.len() >= 3,
+        "expected at least three programs held by stap-rs, found {progs:?}"
+    );
+
+    let status = Command::new("kill")
+        .args(["-9", &session.pid().to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success());
+    let done = session.finish();
+    assert!(!done.status.success());
+
+    // The kernel frees programs and links once their last fd closes,
+    // shortly (RCU) after the process is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leftovers = loop {
+        let left: Vec<String> = progs
+            .iter()
+            .filter(|id| bpf_object_exists("prog", **id))
+            .map(|id| format!("prog {id}"))
+            .chain(
+                links
+                    .iter()
+                    .filter(|id| bpf_object_exists("link", **id))
+                    .map(|id| format!("link {id}")),
+            )
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        leftovers.is_empty(),
+        "still loaded after kill -9: {leftovers:?}"
+    );
+
+    let uprobe_events =
+        std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+    assert!(
+        !uprobe_events.contains(&path),
+        "tracefs uprobe_events still names the target:\n{uprobe_events}"
+    );
+}

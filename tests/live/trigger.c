@@ -1,0 +1,60 @@
+/* Makes one kernel event happen under a chosen process name, for the live
+ * tests (tests/live.rs). Usage:
+ *   trigger NAME connect PORT        TCP connect to 127.0.0.1:PORT (closed:
+ *                                    the SYN is dropped in tcp_v4_rcv)
+ *   trigger NAME udp ADDR PORT       one UDP datagram to ADDR:PORT
+ *   trigger NAME spin SECONDS        busy loop on one CPU
+ * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int usage(void) {
+    fprintf(stderr, "usage: trigger NAME connect PORT | udp ADDR PORT | spin SECONDS\n");
+    return 2;
+}
+
+static int send_to(int type, const char *addr, int port) {
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = htons((unsigned short)port);
+    if (inet_pton(AF_INET, addr, &to.sin_addr) != 1) return usage();
+    int fd = socket(AF_INET, type, 0);
+    if (fd < 0) { perror("socket"); return 1; }
+    if (type == SOCK_STREAM) {
+        /* Refused is the expected outcome: the port is closed. */
+        connect(fd, (struct sockaddr *)&to, sizeof to);
+    } else if (sendto(fd, "stap-rs", 7, 0, (struct sockaddr *)&to, sizeof to) < 0) {
+        perror("sendto");
+        return 1;
+    }
+    close(fd);
+    return 0;
+}
+
+static int spin(double seconds) {
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    volatile unsigned long work = 0;
+    do {
+        for (int i = 0; i < 100000; i++) work++;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return usage();
+    prctl(PR_SET_NAME, argv[1], 0, 0, 0);
+    if (strcmp(argv[2], "connect") == 0 && argc == 4) return send_to(SOCK_STREAM, "127.0.0.1", atoi(argv[3]));
+    if (strcmp(argv[2], "udp") == 0 && argc == 5) return send_to(SOCK_DGRAM, argv[3], atoi(argv[4]));
+    if (strcmp(argv[2], "spin") == 0 && argc == 4) return spin(atof(argv[3]));
+    return usage();
+}
