@@ -6,6 +6,7 @@ set -euo pipefail
 need_apt=()
 command -v bpftool >/dev/null || need_apt+=(bpftool)
 command -v ip >/dev/null || need_apt+=(iproute2)
+command -v cc >/dev/null || need_apt+=(gcc)   # live tests compile their trigger programs
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use stap_lang::bpf::{AttachKind, Object, Program};
+use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object, Program};
 use stap_lang::diag::Diagnostic;
 use stap_lang::source::{SourceMap, Span};
 
@@ -112,7 +112,7 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
         .iter()
         .enumerate()
         .map(|(index, spec)| {
-            sys::map_create(spec).map_err(|error| LoadError::Map {
+            create_map(spec).map_err(|error| LoadError::Map {
                 map: index,
                 name: spec.name.clone(),
                 error,
@@ -127,6 +127,17 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
         .map(|(index, program)| load_program(index, program, &maps, &mut targets))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Loaded { maps, programs })
+}
+
+/// Creates one map. A read-only formats map gets its contents and is frozen
+/// before any program loads, because the verifier reads the formats.
+fn create_map(spec: &MapSpec) -> io::Result<OwnedFd> {
+    let fd = sys::map_create(spec)?;
+    if let MapRole::Formats(bytes) = &spec.role {
+        sys::map_update(fd.as_fd(), &0u32.to_ne_bytes(), bytes, 0)?;
+        sys::map_freeze(fd.as_fd())?;
+    }
+    Ok(fd)
 }
 
 fn load_program(
@@ -256,7 +267,7 @@ pub fn program_type(attach: &AttachKind) -> (u32, u32) {
 }
 
 /// The program's instructions with each map reference's `ld_imm64`
-/// turned into `src_reg = BPF_PSEUDO_MAP_FD, imm = fd`.
+/// immediate set to the map's fd (the emitter already set `src_reg`).
 pub fn patch_map_fds(program: &Program, maps: &[OwnedFd]) -> Result<Vec<u64>, String> {
     use std::os::fd::AsRawFd;
     let fds: Vec<i32> = maps.iter().map(|fd| fd.as_raw_fd()).collect();
@@ -275,12 +286,11 @@ fn patch_with(program: &Program, fds: &[i32]) -> Result<Vec<u64>, String> {
                 "map relocation at instruction {at}, which is not an ld_imm64"
             ));
         }
-        // Byte 1 holds dst_reg (low nibble) and src_reg (high nibble);
-        // the immediate is the upper 32 bits; the second half's immediate
-        // (the value's high word) must be zero for a map fd.
-        let keep = insns[at] & 0x0000_0000_0000_0fff | (insns[at] & 0xffff_0000);
-        insns[at] = keep | (u64::from(sys::BPF_PSEUDO_MAP_FD) << 12) | (u64::from(fd as u32) << 32);
-        insns[at + 1] &= 0x0000_0000_ffff_ffff;
+        // Only the fd goes in (the first slot's immediate, the upper 32
+        // bits): the emitter already chose src_reg (BPF_PSEUDO_MAP_FD for
+        // the map, BPF_PSEUDO_MAP_VALUE for a pointer into its value, whose
+        // offset is in the second slot's immediate).
+        insns[at] = (insns[at] & 0xffff_ffff) | (u64::from(fd as u32) << 32);
     }
     Ok(insns)
 }
@@ -668,11 +678,18 @@ processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_stat
 
     #[test]
     fn map_fds_are_patched_into_ld_imm64() {
-        // r1 = <map 0> (ld_imm64 dst=1), then exit.
-        let prog = program(vec![0x18 | 1 << 8, 0, 0x95], vec![(0, 0)], vec![]);
+        // r1 = <map 0> (ld_imm64 dst=1, src=BPF_PSEUDO_MAP_FD), then exit;
+        // and r2 = <map 0 value + 8> (src=BPF_PSEUDO_MAP_VALUE).
+        let prog = program(
+            vec![0x18 | 1 << 8 | 1 << 12, 0, 0x18 | 2 << 8 | 2 << 12, 8 << 32, 0x95],
+            vec![(0, 0), (2, 0)],
+            vec![],
+        );
         let insns = patch_with(&prog, &[7]).unwrap();
         assert_eq!(insns[0], 0x18 | 1 << 8 | 1 << 12 | 7 << 32);
         assert_eq!(insns[1], 0);
+        assert_eq!(insns[2], 0x18 | 2 << 8 | 2 << 12 | 7 << 32);
+        assert_eq!(insns[3], 8 << 32, "the value offset is kept");
         assert!(patch_with(&prog, &[]).is_err());
         let bad = program(vec![0xb7, 0x95], vec![(0, 0)], vec![]);
         assert!(patch_with(&bad, &[7]).is_err());

@@ -40,6 +40,8 @@ const STX_W: u8 = 0x63;
 const LDX_DW: u8 = 0x79;
 const ATOMIC_DW: u8 = 0xdb;
 const LD_IMM64: u8 = 0x18;
+/// `src_reg` of an `ld_imm64` that loads a map: the loader only fills in the fd.
+const PSEUDO_MAP_FD: u8 = 1;
 const CALL: u8 = 0x85;
 const JEQ_IMM: u8 = 0x15;
 const EXIT: u8 = 0x95;
@@ -54,7 +56,7 @@ fn counter_program(overrun: bool) -> Vec<u64> {
         insn(STX_W, 10, 1, -4, 0),
         insn(MOV64_REG, 2, 10, 0, 0),
         insn(ADD64_IMM, 2, 0, 0, -4),
-        insn(LD_IMM64, 1, 0, 0, 0),
+        insn(LD_IMM64, 1, PSEUDO_MAP_FD, 0, 0),
         0,
         insn(CALL, 0, 0, 0, MAP_LOOKUP_ELEM),
         insn(JEQ_IMM, 0, 0, 2, 0),
