@@ -1,4 +1,5 @@
 # Building the test executable: `cargo test --release --no-run
+# shellcheck shell=bash disable=SC2034  # globals are read by the sourcing script
 # --message-format=json` names it. The stap-rs binary the live tests start is
 # built alongside (integration tests get it through CARGO_BIN_EXE_stap-rs,
 # a compile-time absolute path inside the target directory).

@@ -1,4 +1,5 @@
 # Shared settings and helpers for tests/vm/run (sourced, not executed).
+# shellcheck shell=bash disable=SC2034  # globals are read by the sourcing script
 
 # Where .debs, extracted kernels and the PVH vmlinux images are kept between runs.
 VM_CACHE=${STAP_RS_VM_CACHE:-/var/tmp/stap-rs-vm}

@@ -1,4 +1,5 @@
 # One guest boot: the initramfs, the qemu command line, the console watch.
+# shellcheck shell=bash disable=SC2034  # globals are read by the sourcing script
 
 # The modules the guest's 9p mounts need, dependencies resolved from each
 # module's .modinfo "depends=" (Debian's package has no modules.dep: depmod
@@ -89,7 +90,7 @@ run_qemu() {
   for share in "${QEMU_SHARES[@]}"; do virtfs+=(-virtfs "$share"); done
   case ${STAP_RS_VM_ACCEL:-tcg} in
     # The host's /dev/kvm is kvm-pvm: stock kernels crawl and die under it.
-    tcg) accel=(-accel tcg,thread=multi -cpu max) ;;
+    tcg) accel=(-accel "tcg,thread=multi" -cpu max) ;;
     kvm) accel=(-enable-kvm -cpu host) ;;
     *) die "STAP_RS_VM_ACCEL must be tcg or kvm" ;;
   esac
@@ -108,11 +109,19 @@ run_qemu() {
     "${accel[@]}" -m "$VM_MEMORY" -smp 2 \
     -nodefaults -no-user-config -display none -no-reboot \
     -chardev stdio,id=console,signal=off -serial chardev:console \
-    "${virtfs[@]}" \
+    "${virtfs[@]}" -pidfile "$RUN_TMP/qemu.pid" \
     -kernel "$(kernel_dir "$abi")/vmlinux" -initrd "$initrd" \
     -append "console=ttyS0 panic=-1 rdinit=/init quiet loglevel=3" \
     </dev/null 2>&1)
   WALL_SECONDS=$(elapsed "$t0" "$(now)")
+  rm -f "$RUN_TMP/qemu.pid"
+}
+
+# A qemu still running when the harness exits (an error, Ctrl-C) is stopped.
+stop_qemu() {
+  local pid
+  pid=$(cat "$RUN_TMP/qemu.pid" 2>/dev/null) || return 0
+  kill "$pid" 2>/dev/null || true
 }
 
 # Boots kernel <alias> once and runs the sh command $3 in it (after the

@@ -1,4 +1,5 @@
 # Provisioning: host tools from apt, Debian kernels fetched with
+# shellcheck shell=bash disable=SC2034  # globals are read by the sourcing script
 # `apt-get download` and unpacked with `dpkg-deb -x` (no install hooks run),
 # and the uncompressed vmlinux extracted once for a PVH boot.
 # Layout under $VM_CACHE:
@@ -21,8 +22,12 @@ ensure_host_tools() {
   if [ ${#missing[@]} -gt 0 ]; then
     apt_update_once
     log "apt-get install ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 \
-      || die "apt-get install ${missing[*]} failed"
+    mkdir -p "$VM_CACHE"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >"$VM_CACHE/apt-install.log" 2>&1 || {
+      tail -n 20 "$VM_CACHE/apt-install.log" >&2
+      die "apt-get install ${missing[*]} failed (log: $VM_CACHE/apt-install.log)"
+    }
   fi
   # busybox-static is the one that must be static: it runs before /usr is mounted.
   file_is_static /bin/busybox || die "/bin/busybox is not static (install busybox-static)"

@@ -1,21 +1,28 @@
 # Reading results.tsv files back and printing the per-target summary.
+# shellcheck shell=bash disable=SC2034  # globals are read by the sourcing script
 # results.tsv columns: name, status (passed|failed|skipped), seconds, log file, reason.
 
 TOTAL_PASSED=0 TOTAL_FAILED=0 TOTAL_SKIPPED=0
 SUMMARY_ROWS=()
 
 # Tests run-tests listed but never reported (the guest died or timed out):
-# appended to results.tsv as failures so nothing goes missing silently.
+# appended to results.tsv as failures, pointing at $3 (the log that tells
+# why), so nothing goes missing silently.
 mark_missing_results() {
-  local out=$1 why=$2 name
+  local out=$1 why=$2 logfile=$3 name
   [ -f "$out/list" ] || {
-    printf '%s\t%s\t%s\t%s\t%s\n' "(whole run)" failed 0 console.log "$why" >"$out/results.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\n' "(whole run)" failed 0 "$logfile" "$why" >"$out/results.tsv"
     return
   }
+  local n=0 log
   touch "$out/results.tsv"
   while IFS= read -r name; do
-    cut -f1 "$out/results.tsv" | grep -qxF -- "$name" \
-      || printf '%s\t%s\t%s\t%s\t%s\n' "$name" failed 0 console.log "no result: $why" >>"$out/results.tsv"
+    n=$((n + 1))
+    cut -f1 "$out/results.tsv" | grep -qxF -- "$name" && continue
+    # The test that was running when the run ended has its own partial log.
+    log=$(printf '%03d.log' "$n")
+    [ -f "$out/$log" ] || log=$logfile
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" failed 0 "$log" "no result: $why" >>"$out/results.tsv"
   done <"$out/list"
 }
 
@@ -33,11 +40,18 @@ report_target() {
       *) failed=$((failed + 1)); printf '  FAIL  %6ss  %s: %s\n' "$secs" "$name" "$reason" ;;
     esac
   done <"$out/results.tsv"
-  # Failures again, each with the end of its output.
+  # Failures again, each with the end of its output (a log shared by
+  # several, the guest's console, only once).
+  local -A shown=()
   while IFS=$'\t' read -r name status secs logfile reason; do
     [ "$status" = failed ] || continue
+    if [ -n "${shown[$logfile]:-}" ]; then
+      echo "  ---- $label: $name: see $logfile above"
+      continue
+    fi
+    shown[$logfile]=1
     echo "  ---- $label: $name ($out/$logfile, last 40 lines)"
-    tail -n 40 "$out/$logfile" 2>/dev/null | sed 's/^/  | /'
+    if [ -f "$out/$logfile" ]; then tail -n 40 "$out/$logfile" | awk '{ print "  | " $0 }'; fi
   done <"$out/results.tsv"
   echo "$label: $passed passed, $failed failed, $skipped skipped"
   TOTAL_PASSED=$((TOTAL_PASSED + passed))
@@ -65,6 +79,7 @@ check_skipped_everywhere() {
     done
     if [ "$everywhere" = 1 ]; then
       echo "FAIL  $name: skipped on every target (host, 6.1, 6.12)"
+      TOTAL_FAILED=$((TOTAL_FAILED + 1))
       bad=1
     fi
   done < <(cut -f1 "${dirs[0]}/results.tsv")
