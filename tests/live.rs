@@ -382,12 +382,13 @@ fn uprobe_reads_an_int_and_a_user_string_argument() {
     let _one = serial();
     let target = build("uprobe_target");
     let path = target.display().to_string();
-    // stap's DWARF-less argument access: elaboration refuses `$n`/`$s` in
-    // process probes until uprobes read the binary's DWARF, so the test
-    // uses the register-argument functions (x86_64 calling convention).
+    // `$n`/`$s` come from the binary's DWARF (build() passes -g); the
+    // second line reads the same registers DWARF-less, as stap's
+    // int_arg(N)/pointer_arg(N) do (x86_64 calling convention).
     let script = format!(
         r#"probe process("{path}").function("f") {{
-             printf("f %d %s\n", int_arg(1), user_string(pointer_arg(2)))
+             printf("f %d %s\n", $n, user_string($s))
+             printf("args %d %s\n", int_arg(1), user_string(pointer_arg(2)))
            }}"#
     );
     // -c: the command runs once every probe is live; the session ends
@@ -395,7 +396,7 @@ fn uprobe_reads_an_int_and_a_user_string_argument() {
     let done = Session::start(&["-c", &path, "-e", &script]).finish();
     assert_success(&done);
     assert_eq!(
-        done.stdout, "f 42 hello-uprobe\n",
+        done.stdout, "f 42 hello-uprobe\nargs 42 hello-uprobe\n",
         "stderr:\n{}",
         done.stderr
     );

@@ -210,6 +210,21 @@ pub trait KernelFacts {
 
     /// Names of structs/unions the kernel knows, for "did you mean".
     fn struct_names(&self) -> Vec<String>;
+
+    /// The prototype of `function` in the user-space binary at `path`, from
+    /// its DWARF, for `process(PATH).function(FUNCTION)` probes. Its types
+    /// are ids that [`KernelFacts::kind`] and [`KernelFacts::type_name`]
+    /// answer; user structs are never expanded (`members` is empty).
+    /// `Ok(None)`: the binary has no DWARF; `Err`: it could not be read,
+    /// or its DWARF has no such function (the message says which).
+    fn user_function(
+        &self,
+        path: &str,
+        function: &str,
+    ) -> Result<Option<FunctionProto>, FactsError> {
+        let _ = (path, function);
+        Ok(None)
+    }
 }
 
 /// Finds `name` among the members of `ty`, descending into anonymous

@@ -590,6 +590,22 @@ const FUNCTIONS: &[FunctionDef] = &[
     ("nf_conntrack_in", Some("unsigned int"), &[SKB, ("state", "struct nf_hook_state *")], Some("nf_conntrack")),
 ];
 
+/// A user-space function: name, return type (`None` for void), parameters.
+type UserFunctionDef = (
+    &'static str,
+    Option<&'static str>,
+    &'static [(&'static str, &'static str)],
+);
+
+/// User-space functions of fake binaries, as if read from their DWARF, by
+/// binary. Any other binary has no DWARF.
+#[rustfmt::skip]
+const USER_FUNCTIONS: &[(&str, UserFunctionDef)] = &[
+    ("/bin/fake", ("f", Some("int"), &[("n", "int"), ("s", "const char *")])),
+    ("/bin/fake", ("g", None, &[("p", "struct point *"), ("len", "long")])),
+    ("/bin/fake", ("h", Some("struct point"), &[("p", "struct point"), ("n", "int")])),
+];
+
 // ---------------------------------------------------------------------------
 // The fake
 // ---------------------------------------------------------------------------
@@ -647,6 +663,8 @@ pub struct FakeKernel {
     enums: Vec<(String, Vec<(String, i64)>)>,
     tracepoints: Vec<Tracepoint>,
     functions: Vec<FunctionProto>,
+    /// `(binary, prototype)` from [`USER_FUNCTIONS`].
+    user_functions: Vec<(String, FunctionProto)>,
 }
 
 impl Default for FakeKernel {
@@ -690,6 +708,7 @@ impl FakeKernel {
             enums: Vec::new(),
             tracepoints: Vec::new(),
             functions: Vec::new(),
+            user_functions: Vec::new(),
         };
         kernel.load_tables();
         kernel
@@ -868,6 +887,15 @@ impl FakeKernel {
                 module: module.map(str::to_string),
             };
             self.functions.push(proto);
+        }
+        for &(binary, (name, ret, params)) in USER_FUNCTIONS {
+            let proto = FunctionProto {
+                name: name.to_string(),
+                params: self.resolve_params(params),
+                ret: ret.map(|r| self.resolve(r)),
+                module: None,
+            };
+            self.user_functions.push((binary.to_string(), proto));
         }
     }
 
@@ -1085,6 +1113,28 @@ impl KernelFacts for FakeKernel {
                 _ => None,
             })
             .collect()
+    }
+
+    fn user_function(
+        &self,
+        path: &str,
+        function: &str,
+    ) -> Result<Option<FunctionProto>, FactsError> {
+        self.check()?;
+        let mut in_binary = self
+            .user_functions
+            .iter()
+            .filter(|(binary, _)| binary == path)
+            .peekable();
+        if in_binary.peek().is_none() {
+            return Ok(None);
+        }
+        match in_binary.find(|(_, proto)| proto.name == function) {
+            Some((_, proto)) => Ok(Some(proto.clone())),
+            None => Err(FactsError(format!(
+                "the DWARF of {path} has no function `{function}`"
+            ))),
+        }
     }
 }
 

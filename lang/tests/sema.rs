@@ -358,3 +358,81 @@ fn stdlib_is_pulled_in_only_when_used() {
     assert!(ip_ntop.runs_on.kernel && !ip_ntop.runs_on.host);
     assert_eq!(ip_ntop.ret, stap_lang::sema::Type::String);
 }
+
+/// Process probes take their context variables from the binary's DWARF
+/// (the fake's `/bin/fake`: `int f(int n, const char *s)`), read from
+/// argument registers; `int_arg(N)` and friends need no DWARF.
+#[test]
+fn uprobe_context_variables_from_dwarf() {
+    let script = r#"
+probe process("/bin/fake").function("f") {
+  printf("f %d %s\n", $n, user_string($s))
+  println($$parms)
+}
+probe process("/bin/fake").function("f").return {
+  printf("%d\n", $return)
+}
+probe process("/bin/nodwarf").function("main") {
+  printf("%d %s\n", int_arg(1), user_string(pointer_arg(2)))
+}
+"#;
+    let (program, text) = elaborate_with(
+        script,
+        &[],
+        &FakeKernel::like_this_host(),
+        &ElabOptions::default(),
+    );
+    assert_eq!(program.probes.len(), 3);
+    assert!(
+        program
+            .probes
+            .iter()
+            .all(|p| p.placement == Placement::Kernel)
+    );
+    insta::assert_snapshot!(text);
+}
+
+/// Elaborates `script` and returns its rendered diagnostics, which must
+/// include an error.
+fn elaboration_errors(script: &str) -> String {
+    let env = PreprocessEnv {
+        kernel: FakeKernel::new().version(),
+        arch: "x86_64".into(),
+        config: &no_config,
+        args: &[],
+    };
+    let mut map = SourceMap::new();
+    let id = map.add("script.stp", script);
+    let parsed = parse_file(&map, id, &env);
+    assert!(
+        parsed.diags.is_empty(),
+        "{}",
+        render_plain(&map, &parsed.diags)
+    );
+    let (program, diags) = elaborate(
+        &[parsed.file],
+        &[],
+        &FakeKernel::new(),
+        &ElabOptions::default(),
+    );
+    assert!(program.is_none() && diags.iter().any(|d| d.is_error()));
+    render_plain(&map, &diags)
+}
+
+/// `$var` without DWARF says how to build the binary or what to use
+/// instead; user structs are not expanded; registers that cannot hold a
+/// parameter are named.
+#[test]
+fn uprobe_context_variable_errors() {
+    let script = r#"
+probe process("/bin/nodwarf").function("main") { println($argc) }
+probe process("/bin/fake").function("nope") { println($x) }
+probe process("/bin/fake").function("g") { println($p->x, $len) }
+probe process("/bin/fake").function("g").return { println($return) }
+probe process("/bin/fake").function("f") { println($m) }
+probe process("/bin/fake").function("h") { println($p, $n) }
+probe process("/bin/fake").function("h").return { println($return) }
+probe process("/bin/fake").function("f").return { println($n) }
+"#;
+    insta::assert_snapshot!(elaboration_errors(script));
+}

@@ -14,11 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::kernel::{
-    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms, Member, Param,
-    Tracepoint, TracepointArgs, TypeId, TypeKind,
+    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms,
+    Member, Param, Tracepoint, TracepointArgs, TypeId, TypeKind,
 };
 
 use crate::btf::{Btf, BtfError, BtfType, Kind};
+use crate::dwarf::{CType, DwarfCache, DwarfError};
 use crate::features::{Availability, Features};
 use crate::tracefs::{FormatField, Tracefs, TracefsError};
 
@@ -87,12 +88,42 @@ enum Synthetic {
         elem: TypeId,
         len: u32,
     },
-    /// An integer known only by its C spelling and size (tracefs fields).
+    /// An integer known only by its C spelling and size (tracefs fields,
+    /// DWARF base types).
     Int {
         name: String,
         bytes: u32,
         signed: bool,
     },
+    // The rest describe user-space types read from a binary's DWARF.
+    Typedef {
+        name: String,
+        target: TypeId,
+    },
+    Qualified {
+        qualifier: &'static str,
+        target: TypeId,
+    },
+    Enum {
+        name: String,
+        bytes: u32,
+        signed: bool,
+    },
+    Float {
+        name: String,
+        bytes: u32,
+    },
+    /// A struct/union/class by name and size: never expanded.
+    Aggregate {
+        keyword: &'static str,
+        name: String,
+        bytes: u32,
+    },
+    Function {
+        ret: TypeId,
+        params: Vec<TypeId>,
+    },
+    Unknown(String),
 }
 
 /// Which BTF blob a local type id belongs to, to turn its references into
@@ -133,6 +164,8 @@ pub struct BtfKernel {
     module_dir: Option<PathBuf>,
     modules: OnceLock<Vec<ModuleBtf>>,
     synthetic: Mutex<Vec<Synthetic>>,
+    /// User binaries' DWARF, for process probes.
+    dwarf: DwarfCache,
     tracefs: Option<Tracefs>,
     version: KernelVersion,
     arch: String,
@@ -206,6 +239,7 @@ impl BtfKernel {
             module_dir: module_dir.map(Path::to_path_buf),
             modules: OnceLock::new(),
             synthetic: Mutex::new(Vec::new()),
+            dwarf: DwarfCache::default(),
             tracefs,
             version,
             arch,
@@ -372,13 +406,20 @@ impl BtfKernel {
     fn peel(&self, ty: TypeId) -> TypeId {
         let mut current = ty;
         for _ in 0..MAX_TYPE_DEPTH {
-            let Resolved::Record(scope, record) = self.resolve(current) else {
-                return current;
-            };
-            match record.kind {
-                Kind::Typedef | Kind::Const | Kind::Volatile | Kind::Restrict | Kind::TypeTag => {
-                    current = scope.global(record.referenced().unwrap_or(0));
-                }
+            match self.resolve(current) {
+                Resolved::Record(scope, record) => match record.kind {
+                    Kind::Typedef
+                    | Kind::Const
+                    | Kind::Volatile
+                    | Kind::Restrict
+                    | Kind::TypeTag => {
+                        current = scope.global(record.referenced().unwrap_or(0));
+                    }
+                    _ => return current,
+                },
+                Resolved::Synthetic(
+                    Synthetic::Typedef { target, .. } | Synthetic::Qualified { target, .. },
+                ) => current = target,
                 _ => return current,
             }
         }
@@ -596,7 +637,7 @@ impl BtfKernel {
             // a function needs parentheses.
             let needs_parens = match self.resolve(self.peel(target)) {
                 Resolved::Record(_, r) => matches!(r.kind, Kind::Array | Kind::FuncProto),
-                Resolved::Synthetic(Synthetic::Array { .. }) => true,
+                Resolved::Synthetic(Synthetic::Array { .. } | Synthetic::Function { .. }) => true,
                 _ => false,
             };
             let inner = if needs_parens {
@@ -613,6 +654,38 @@ impl BtfKernel {
             Resolved::Synthetic(Synthetic::Pointer(target)) => pointer(target),
             Resolved::Synthetic(Synthetic::Array { elem, len }) => {
                 self.spell(elem, format!("{declarator}[{len}]"), depth + 1)
+            }
+            Resolved::Synthetic(
+                Synthetic::Typedef { name, .. }
+                | Synthetic::Enum { name, .. }
+                | Synthetic::Float { name, .. },
+            ) => with(&name, &declarator),
+            Resolved::Synthetic(Synthetic::Aggregate { keyword, name, .. }) => {
+                with(&format!("{keyword} {name}"), &declarator)
+            }
+            Resolved::Synthetic(Synthetic::Unknown(why)) => with(&format!("<{why}>"), &declarator),
+            Resolved::Synthetic(Synthetic::Qualified { qualifier, target }) => {
+                let is_pointer = matches!(
+                    self.resolve(target),
+                    Resolved::Synthetic(Synthetic::Pointer(_))
+                );
+                if is_pointer {
+                    self.spell(target, with(qualifier, &declarator), depth + 1)
+                } else {
+                    format!("{qualifier} {}", self.spell(target, declarator, depth + 1))
+                }
+            }
+            Resolved::Synthetic(Synthetic::Function { ret, params }) => {
+                let params: Vec<String> = params
+                    .iter()
+                    .map(|p| self.spell(*p, String::new(), depth + 1))
+                    .collect();
+                let params = if params.is_empty() {
+                    "void".to_string()
+                } else {
+                    params.join(", ")
+                };
+                self.spell(ret, format!("{declarator}({params})"), depth + 1)
             }
             Resolved::Record(scope, record) => {
                 let refers = |r: &BtfType<'_>| scope.global(r.referenced().unwrap_or(0));
@@ -713,6 +786,65 @@ impl BtfKernel {
                 }
             }
         }
+    }
+
+    // ---- user-space types (DWARF) -------------------------------------
+
+    /// A synthetic id for a type read from a binary's DWARF.
+    fn mint_user_type(&self, ty: &CType) -> TypeId {
+        let synthetic = match ty {
+            CType::Void => return TypeId(0),
+            CType::Int {
+                name,
+                bytes,
+                signed,
+            } => Synthetic::Int {
+                name: name.clone(),
+                bytes: *bytes,
+                signed: *signed,
+            },
+            CType::Float { name, bytes } => Synthetic::Float {
+                name: name.clone(),
+                bytes: *bytes,
+            },
+            CType::Pointer(target) => Synthetic::Pointer(self.mint_user_type(target)),
+            CType::Qualified { qualifier, target } => Synthetic::Qualified {
+                qualifier,
+                target: self.mint_user_type(target),
+            },
+            CType::Typedef { name, target } => Synthetic::Typedef {
+                name: name.clone(),
+                target: self.mint_user_type(target),
+            },
+            CType::Enum {
+                name,
+                bytes,
+                signed,
+            } => Synthetic::Enum {
+                name: format!("enum {}", or_anonymous(name)),
+                bytes: *bytes,
+                signed: *signed,
+            },
+            CType::Array { elem, len } => Synthetic::Array {
+                elem: self.mint_user_type(elem),
+                len: *len,
+            },
+            CType::Aggregate {
+                keyword,
+                name,
+                bytes,
+            } => Synthetic::Aggregate {
+                keyword,
+                name: or_anonymous(name).to_string(),
+                bytes: *bytes,
+            },
+            CType::Function { ret, params } => Synthetic::Function {
+                ret: self.mint_user_type(ret),
+                params: params.iter().map(|p| self.mint_user_type(p)).collect(),
+            },
+            CType::Unknown(why) => Synthetic::Unknown(why.clone()),
+        };
+        self.mint(synthetic)
     }
 
     fn config_table(&self) -> &HashMap<String, String> {
@@ -873,6 +1005,35 @@ impl KernelFacts for BtfKernel {
                 signed,
                 is_char: is_char_name(&name),
             },
+            Resolved::Synthetic(Synthetic::Enum {
+                name,
+                bytes,
+                signed,
+            }) => TypeKind::Enum {
+                name,
+                bytes,
+                signed,
+            },
+            Resolved::Synthetic(Synthetic::Float { bytes, .. }) => TypeKind::Float { bytes },
+            Resolved::Synthetic(Synthetic::Aggregate {
+                keyword,
+                name,
+                bytes,
+            }) => TypeKind::Struct {
+                name,
+                size: bytes,
+                is_union: keyword == "union",
+            },
+            Resolved::Synthetic(Synthetic::Function { .. }) => TypeKind::Function,
+            // peel() removed typedefs and qualifiers; one left is a loop.
+            Resolved::Synthetic(Synthetic::Typedef { .. } | Synthetic::Qualified { .. }) => {
+                TypeKind::Opaque {
+                    name: "<type loop>".into(),
+                }
+            }
+            Resolved::Synthetic(Synthetic::Unknown(why)) => TypeKind::Opaque {
+                name: format!("<{why}>"),
+            },
             Resolved::Bad(why) => TypeKind::Opaque {
                 name: format!("<{why}>"),
             },
@@ -927,6 +1088,36 @@ impl KernelFacts for BtfKernel {
         Ok(None)
     }
 
+    fn user_function(
+        &self,
+        path: &str,
+        function: &str,
+    ) -> Result<Option<FunctionProto>, FactsError> {
+        let functions = match self.dwarf.functions(Path::new(path)) {
+            Ok(functions) => functions,
+            Err(DwarfError::NoDebugInfo { .. }) => return Ok(None),
+            Err(e) => return Err(facts_error(e)),
+        };
+        let Some(found) = functions.function(function) else {
+            return Err(FactsError(format!(
+                "the DWARF of {path} has no function `{function}`"
+            )));
+        };
+        Ok(Some(FunctionProto {
+            name: found.name.clone(),
+            params: found
+                .params
+                .iter()
+                .map(|p| Param {
+                    name: p.name.clone(),
+                    ty: self.mint_user_type(&p.ty),
+                })
+                .collect(),
+            ret: found.ret.as_ref().map(|r| self.mint_user_type(r)),
+            module: None,
+        }))
+    }
+
     fn struct_names(&self) -> Vec<String> {
         let Some(btf) = self.btf.as_deref() else {
             return Vec::new();
@@ -969,6 +1160,11 @@ fn tag_spelling(record: &BtfType<'_>) -> String {
         Kind::Fwd => format!("struct {name}"),
         _ => name.to_string(),
     }
+}
+
+/// `{...}` for an anonymous struct, union or enum.
+fn or_anonymous(name: &str) -> &str {
+    if name.is_empty() { "{...}" } else { name }
 }
 
 fn is_char_name(name: &str) -> bool {
@@ -1448,6 +1644,93 @@ mod tests {
                 is_char: false
             }
         );
+    }
+
+    #[test]
+    fn user_function_types_from_dwarf() {
+        let binary = crate::dwarf::tests::compile("kernel", &["-g"]);
+        let path = binary.to_str().expect("utf-8 temp path");
+        let kernel = BtfKernel::without_btf();
+        let f = kernel
+            .user_function(path, "f")
+            .expect("reading DWARF")
+            .expect("the binary has DWARF");
+        let params: Vec<(String, String)> = f
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), kernel.type_name(p.ty)))
+            .collect();
+        assert_eq!(
+            params,
+            [
+                ("n".to_string(), "int".to_string()),
+                ("s".to_string(), "const char *".to_string())
+            ]
+        );
+        assert!(f.params.iter().all(|p| p.ty.0 >= SYNTHETIC_BASE));
+        assert_eq!(
+            kernel.kind(f.params[0].ty),
+            TypeKind::Int {
+                bytes: 4,
+                signed: true,
+                is_char: false
+            }
+        );
+        let TypeKind::Pointer(target) = kernel.kind(f.params[1].ty) else {
+            panic!("s is a pointer");
+        };
+        assert!(matches!(
+            kernel.kind(target),
+            TypeKind::Int {
+                bytes: 1,
+                is_char: true,
+                ..
+            }
+        ));
+        assert_eq!(f.ret.map(|r| kernel.type_name(r)).as_deref(), Some("int"));
+
+        let g = kernel.user_function(path, "g").unwrap().unwrap();
+        let names: Vec<String> = g.params.iter().map(|p| kernel.type_name(p.ty)).collect();
+        assert_eq!(
+            names,
+            [
+                "struct point *",
+                "my_size",
+                "char **",
+                "enum color",
+                "const unsigned char *",
+                "int (*)(int)",
+                "double"
+            ]
+        );
+        assert_eq!(g.ret, None);
+        let TypeKind::Pointer(point) = kernel.kind(g.params[0].ty) else {
+            panic!("p is a pointer");
+        };
+        assert_eq!(
+            kernel.kind(point),
+            TypeKind::Struct {
+                name: "point".into(),
+                size: 8,
+                is_union: false
+            }
+        );
+        assert!(kernel.members(point).is_empty());
+        assert!(matches!(
+            kernel.kind(g.params[1].ty),
+            TypeKind::Int {
+                bytes: 8,
+                signed: false,
+                ..
+            }
+        ));
+        assert_eq!(kernel.kind(g.params[6].ty), TypeKind::Float { bytes: 8 });
+
+        let missing = kernel.user_function(path, "nope").unwrap_err();
+        assert!(missing.0.contains("no function `nope`"), "{missing}");
+        let stripped = crate::dwarf::tests::compile("kernel-nodebug", &[]);
+        let stripped = stripped.to_str().expect("utf-8 temp path");
+        assert_eq!(kernel.user_function(stripped, "f"), Ok(None));
     }
 
     #[test]

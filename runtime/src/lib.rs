@@ -5,9 +5,11 @@
 //! - [`btf`]: a lazy BTF reader (vmlinux and split module BTF).
 //! - [`tracefs`]: the tracepoint list and classic events' `format` files.
 //! - [`features`]: which probe mechanisms this kernel allows, probed once.
+//! - [`dwarf`]: user binaries' function prototypes from DWARF (uprobes).
 //! - [`kernel`]: [`kernel::BtfKernel`], the `KernelFacts` the compiler asks.
 
 pub mod btf;
+pub mod dwarf;
 pub mod features;
 pub mod host;
 pub mod jit;

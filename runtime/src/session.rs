@@ -35,7 +35,7 @@ use std::time::Duration;
 use stap_lang::bpf::maps as bpf_maps;
 use stap_lang::bpf::records::{self, Arg, RecordBody};
 use stap_lang::bpf::{MapRole, Object};
-use stap_lang::ir::{self, FormatId, ProbeHandler, SymbolText};
+use stap_lang::ir::{self, FormatId, Op, PrintArg, ProbeHandler, SymbolText};
 use stap_lang::printf::{self, Piece};
 use stap_lang::sema::hir::ProbeKind;
 use stap_lang::source::{SourceMap, Span};
@@ -139,11 +139,11 @@ pub fn run(
     if let Some((fd, size)) = control {
         write_control(fd, size, false).map_err(setup("cannot write the Control map"))?;
     }
-    let mut ring = match find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
-        Some((fd, _)) => {
-            let entries = events_size(object);
-            Some(RingBuf::new(fd, entries).map_err(setup("cannot map the ring buffer"))?)
-        }
+    let mut events = match find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
+        Some((fd, _)) => Some((
+            RingBuf::new(fd, events_size(object)).map_err(setup("cannot map the ring buffer"))?,
+            fd,
+        )),
         None => None,
     };
     let mut runtime = HostRuntime::new(compiled.module, output);
@@ -157,12 +157,18 @@ pub fn run(
                 .map_err(|e| SessionError::Setup(format!("cannot set up global: {e}")))?;
         }
     }
+    if uses_symbols(compiled.module) {
+        // Reading /proc/kallsyms takes tens of milliseconds: overlap it
+        // with attaching rather than delaying start-up or the first event.
+        runtime.symbols.preload();
+    }
     let signals = StopSignals::block().map_err(setup("cannot block signals"))?;
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
 
     let mut session = Session {
         compiled,
         settings,
+        control,
         runtime,
         formats: vec![None; compiled.module.formats.len()],
         errors: 0,
@@ -180,9 +186,7 @@ pub fn run(
         command.release();
     }
     if !session.ending {
-        let events = ring
-            .as_mut()
-            .zip(find_map(object, &loaded, |r| matches!(r, MapRole::Events)).map(|(fd, _)| fd));
+        let events = events.as_mut().map(|(ring, fd)| (ring, *fd));
         session.event_loop(events, &signals, command.as_mut());
     }
 
@@ -190,7 +194,7 @@ pub fn run(
     if let Some((fd, size)) = control {
         let _ = write_control(fd, size, false);
     }
-    if let Some(ring) = ring.as_mut() {
+    if let Some((ring, _)) = events.as_mut() {
         session.drain(ring);
     }
     if session.error_ending {
@@ -222,6 +226,8 @@ pub fn run(
 struct Session<'a> {
     compiled: &'a Compiled<'a>,
     settings: &'a Settings,
+    /// The Control map's fd and value size, to stop kernel handlers.
+    control: Option<(BorrowedFd<'a>, u32)>,
     runtime: HostRuntime,
     /// Parsed printf formats, by `FormatId`, parsed on first use.
     formats: Vec<Option<Vec<Piece>>>,
@@ -394,8 +400,24 @@ impl Session<'_> {
         };
         match record.body {
             RecordBody::Printf { format, args } => self.print(format, &args),
-            RecordBody::Exit => self.ending = true,
-            RecordBody::Error { kind, span } => self.report_error(&kind.message(), Some(span)),
+            RecordBody::Exit => {
+                // No new kernel handler runs once exit() was called: stop
+                // them now rather than after the loop notices.
+                if let Some((fd, size)) = self.control {
+                    let _ = write_control(fd, size, false);
+                }
+                self.ending = true;
+            }
+            RecordBody::Error { kind, span } => {
+                let span = match kind {
+                    // stap points at the operator, not the whole expression.
+                    records::ErrorKind::DivisionByZero => {
+                        division_operator(self.compiled.sources, span)
+                    }
+                    _ => span,
+                };
+                self.report_error(&kind.message(), Some(span));
+            }
         }
     }
 
@@ -454,6 +476,26 @@ fn near(sources: &SourceMap, span: Span) -> String {
     format!("near {what} '{token}' at {}", sources.location(span))
 }
 
+/// The span of the first `/` or `%` in a division's span (the whole span
+/// if there is none outside string literals).
+fn division_operator(sources: &SourceMap, span: Span) -> Span {
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in sources.text(span).char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '/' | '%' if !in_string => {
+                let start = span.start as usize + i;
+                return Span::new(span.file, start, start + 1);
+            }
+            _ => {}
+        }
+    }
+    span
+}
+
 /// The first token of a span's text: an identifier (with `$`/`@`), a
 /// number, a string literal, or an operator character.
 fn first_token(text: &str) -> &str {
@@ -472,6 +514,21 @@ fn first_token(text: &str) -> &str {
         first.len_utf8()
     };
     &text[..end]
+}
+
+/// Whether any code turns addresses into symbol names.
+fn uses_symbols(module: &ir::Module) -> bool {
+    let symbolic = |op: &Op| match op {
+        Op::Printf { args, .. } => args.iter().any(|a| matches!(a, PrintArg::Symbol { .. })),
+        Op::Builtin { name, .. } => matches!(name.as_str(), "symname" | "symdata" | "modname"),
+        _ => false,
+    };
+    module
+        .functions
+        .iter()
+        .flat_map(|f| &f.blocks)
+        .flat_map(|b| &b.insts)
+        .any(|inst| symbolic(&inst.op))
 }
 
 fn order_of(probe: &ProbeHandler) -> i64 {
@@ -566,5 +623,9 @@ mod tests {
             "near identifier 'error' at <input>:1:26"
         );
         assert_eq!(near(&map, at("1 / y")), "near number '1' at <input>:1:19");
+        assert_eq!(
+            near(&map, division_operator(&map, at("1 / y"))),
+            "near operator '/' at <input>:1:21"
+        );
     }
 }

@@ -11,12 +11,17 @@ __attribute__((noinline)) int f(int n, const char *s) {
     return n + (s[0] != 0);
 }
 
+static const char message[] = "hello-uprobe";
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 0;
-    int sum = f(42, "hello-uprobe");
+    /* Touch the string first: a BPF probe cannot fault in a page the
+     * process has not used yet, and user_string() would see a fault. */
+    *(volatile const char *)message;
+    int sum = f(42, message);
     for (int i = 0; i < rounds; i++) {
         sleep(1);
-        sum += f(42, "hello-uprobe");
+        sum += f(42, message);
     }
     return sum == 0;
 }

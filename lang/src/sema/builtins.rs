@@ -190,6 +190,13 @@ const BUILTINS: &[Builtin] = &[
     optional(1, kernel_only("user_string_n", &[L, L, S], STRING, "String of at most n bytes at a user address (optional string to return on fault)")),
     kernel_only("user_long", &[L], LONG, "Long at a user address"),
     kernel_only("user_int", &[L], LONG, "Int at a user address"),
+    // Register arguments of the probed function ("DWARF-less" probing in
+    // kernel.function and process probes); N is a constant 1..6.
+    kernel_only("int_arg", &[L], LONG, "Argument N of the probed function as a signed 32-bit int"),
+    kernel_only("uint_arg", &[L], LONG, "Argument N of the probed function as an unsigned 32-bit int"),
+    kernel_only("long_arg", &[L], LONG, "Argument N of the probed function as a signed long"),
+    kernel_only("ulong_arg", &[L], LONG, "Argument N of the probed function as an unsigned long"),
+    kernel_only("pointer_arg", &[L], LONG, "Argument N of the probed function as a pointer"),
     // Symbols and backtraces. Addresses are symbolized on the host.
     both("symname", &[L], STRING, "Symbol name of a kernel address"),
     both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),

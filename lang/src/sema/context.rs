@@ -6,6 +6,7 @@ use super::hir::{
     AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextVar, Expr, ExprKind, Type,
 };
 use super::lower::{BodyLowerer, invalid};
+use super::points::ProbeContext;
 use crate::ast::{self, BulkContext, ContextVar as AstContextVar, MemberStep, PrettyDepth};
 use crate::diag::Diagnostic;
 use crate::kernel::{KernelFacts, TypeId, TypeKind, find_member, member_names};
@@ -33,6 +34,24 @@ pub(crate) fn type_size(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
         TypeKind::Struct { size, .. } => size,
         TypeKind::Void | TypeKind::Function | TypeKind::Opaque { .. } => 0,
     }
+}
+
+/// `$name` exists in the probed function but cannot be read (a float, a
+/// struct by value, a stack argument): the error says why.
+fn unreadable_error(
+    ctx: &ProbeContext,
+    name: &str,
+    spelled: &str,
+    span: Span,
+) -> Option<Diagnostic> {
+    let (_, why) = ctx.unreadable.iter().find(|(n, _)| n == name)?;
+    Some(
+        Diagnostic::error(format!(
+            "{spelled} cannot be read in a {} probe",
+            ctx.family
+        ))
+        .at(span, why.clone()),
+    )
 }
 
 fn typed(kind: ExprKind, ty: Type, span: Span) -> Expr {
@@ -66,6 +85,9 @@ impl BodyLowerer<'_, '_> {
         let Some((access_base, cursor)) = self.access_base(base) else {
             return invalid(e.span);
         };
+        if self.refuse_user_members(&access_base, path) {
+            return invalid(e.span);
+        }
         let Some(access) = self.member_chain(access_base, cursor, path, pretty, address_of, e.span)
         else {
             return invalid(e.span);
@@ -84,6 +106,10 @@ impl BodyLowerer<'_, '_> {
                     .at(span, "context variables belong to probes")
                     .note("help: pass the value to the function as a parameter"),
             ),
+            Some(ctx) if ctx.no_dwarf.is_some() => Some(
+                Diagnostic::error(ctx.no_dwarf.clone().unwrap_or_default())
+                    .at(span, format!("{what} needs the binary's DWARF")),
+            ),
             Some(ctx) if ctx.needs_dwarf => Some(Diagnostic::unsupported(
                 format!(
                     "{what} in a {} probe (needs the binary's DWARF)",
@@ -93,7 +119,7 @@ impl BodyLowerer<'_, '_> {
             )),
             Some(ctx) if ctx.vars.is_empty() && ctx.ret.is_none() && !ctx.is_return => {
                 let family = ctx.family;
-                if family == "kernel.trace" || family == "kernel.function" {
+                if matches!(family, "kernel.trace" | "kernel.function" | "process") {
                     None
                 } else {
                     Some(
@@ -166,6 +192,10 @@ impl BodyLowerer<'_, '_> {
         if let Some(v) = ctx.vars.iter().find(|v| v.name == name) {
             return Some(v.clone());
         }
+        if let Some(d) = unreadable_error(ctx, name, &spelled, span) {
+            self.error(d);
+            return None;
+        }
         let available: Vec<String> = ctx.vars.iter().map(|v| format!("${}", v.name)).collect();
         let listing = if available.is_empty() {
             "this probe has no context variables".to_string()
@@ -193,6 +223,10 @@ impl BodyLowerer<'_, '_> {
             self.error(d);
             return None;
         }
+        if let Some(d) = unreadable_error(ctx, "return", "`$return`", span) {
+            self.error(d);
+            return None;
+        }
         match ctx.ret.clone() {
             Some(r) => Some(r),
             None => {
@@ -203,6 +237,28 @@ impl BodyLowerer<'_, '_> {
                 None
             }
         }
+    }
+
+    /// Process probes read user memory, whose struct layouts the DWARF
+    /// reader does not expand: `$p->x` is refused, `$p[i]` of a scalar
+    /// pointer works.
+    fn refuse_user_members(&mut self, base: &AccessBase, path: &[MemberStep]) -> bool {
+        let in_process = self.ctx.as_ref().is_some_and(|c| c.family == "process");
+        if !in_process || !matches!(base, AccessBase::Var(_)) {
+            return false;
+        }
+        let Some(field) = path.iter().find_map(|step| match step {
+            MemberStep::Field(name) => Some(name),
+            MemberStep::Subscript(_) => None,
+        }) else {
+            return false;
+        };
+        self.error(
+            Diagnostic::unsupported("member access on user-space types", field.span).note(
+                "help: read the field with user_int()/user_long() at the pointer plus its offset",
+            ),
+        );
+        true
     }
 
     fn access_base(&mut self, base: &ast::Expr) -> Option<(AccessBase, Cursor)> {

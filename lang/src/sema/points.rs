@@ -6,7 +6,9 @@ use super::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, Proces
 use super::symbols::Elaborator;
 use crate::ast::{self, Literal, PointComponent};
 use crate::diag::Diagnostic;
-use crate::kernel::{FactsError, FunctionProto, Mechanism, Tracepoint, TracepointArgs};
+use crate::kernel::{
+    FactsError, FunctionProto, KernelFacts, Mechanism, Tracepoint, TracepointArgs, TypeId, TypeKind,
+};
 use crate::source::Span;
 
 /// One probe point with brace sets expanded: `name(arg)` components.
@@ -26,8 +28,15 @@ pub(crate) struct ProbeContext {
     /// `$return` in a `.return` probe (`None` elsewhere, or for `void`).
     pub ret: Option<ContextVar>,
     pub is_return: bool,
-    /// Uprobes: variables would need the binary's DWARF.
+    /// Uprobes: variables would need what the DWARF reader does not give
+    /// (statement probes: variable locations).
     pub needs_dwarf: bool,
+    /// Uprobes: why the binary's DWARF could not give the function's
+    /// parameters (no debug info, no such function), for `$var` errors.
+    pub no_dwarf: Option<String>,
+    /// Parameters (or `return`) the function has but a uprobe cannot read
+    /// from registers, with the reason.
+    pub unreadable: Vec<(String, String)>,
 }
 
 /// One concrete point a probe body gets attached to.
@@ -252,7 +261,118 @@ fn function_context(
         vars,
         ret,
         is_return,
-        needs_dwarf: false,
+        ..ProbeContext::default()
+    }
+}
+
+/// Integer and pointer arguments a uprobe reads from registers: the
+/// x86_64 SysV (and BPF backend) limit.
+const REGISTER_ARGS: u32 = 6;
+
+/// How a value of this type travels in a call.
+enum Passing {
+    /// In a general-purpose register (integers, enums, pointers).
+    Register,
+    /// In a floating-point register, which BPF cannot read.
+    Float,
+    /// Anything else (a struct by value): it shifts the registers of the
+    /// arguments after it in ways DWARF alone does not tell.
+    Other,
+}
+
+fn passing(facts: &dyn KernelFacts, ty: TypeId) -> Passing {
+    match facts.kind(ty) {
+        TypeKind::Int { .. } | TypeKind::Enum { .. } | TypeKind::Pointer(_) => Passing::Register,
+        TypeKind::Float { .. } => Passing::Float,
+        _ => Passing::Other,
+    }
+}
+
+/// The context of a `process(...).function(...)` probe: parameters from
+/// the binary's DWARF, each read from the register the calling convention
+/// puts it in.
+fn user_function_context(
+    proto: &FunctionProto,
+    is_return: bool,
+    facts: &dyn KernelFacts,
+) -> ProbeContext {
+    let mut vars = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut register = 0u32;
+    let mut lost: Option<String> = None;
+    for p in &proto.params {
+        let type_name = facts.type_name(p.ty);
+        let why = match (passing(facts, p.ty), &lost) {
+            // A uretprobe sees the registers at return: the arguments are gone.
+            _ if is_return => Some(
+                "arguments are not kept until the return; read it in a probe on the entry"
+                    .to_string(),
+            ),
+            (Passing::Register, Some(after)) => Some(format!(
+                "it follows `{after}`, passed by value, so its register is unknown"
+            )),
+            (Passing::Register, None) if register >= REGISTER_ARGS => Some(format!(
+                "only the first {REGISTER_ARGS} integer and pointer arguments are in registers"
+            )),
+            (Passing::Register, None) => None,
+            (Passing::Float, _) => Some(format!(
+                "`{type_name}` travels in a floating-point register, which uprobes cannot read"
+            )),
+            (Passing::Other, _) => {
+                lost.get_or_insert_with(|| p.name.clone());
+                Some(format!(
+                    "`{type_name}` is passed by value, which stap-rs cannot read"
+                ))
+            }
+        };
+        match why {
+            Some(why) => unreadable.push((p.name.clone(), why)),
+            None => {
+                vars.push(ContextVar {
+                    name: p.name.clone(),
+                    ty: p.ty,
+                    type_name,
+                    source: ContextSource::FunctionParam(register),
+                });
+                register += 1;
+            }
+        }
+    }
+    let mut ret = None;
+    if let Some(ty) = proto.ret.filter(|_| is_return) {
+        let type_name = facts.type_name(ty);
+        match passing(facts, ty) {
+            Passing::Register => {
+                ret = Some(ContextVar {
+                    name: "return".to_string(),
+                    ty,
+                    type_name,
+                    source: ContextSource::Return,
+                });
+            }
+            _ => unreadable.push((
+                "return".to_string(),
+                format!("a `{type_name}` return value is not in the integer return register"),
+            )),
+        }
+    }
+    ProbeContext {
+        family: "process",
+        vars,
+        ret,
+        is_return,
+        unreadable,
+        ..ProbeContext::default()
+    }
+}
+
+/// The context of a process probe whose DWARF could not be had.
+fn no_dwarf_context(is_return: bool, why: String) -> ProbeContext {
+    ProbeContext {
+        family: "process",
+        is_return,
+        no_dwarf: Some(why),
+        ..ProbeContext::default()
     }
 }
 
@@ -553,16 +673,11 @@ impl<'a> Elaborator<'a> {
                         ));
                     }
                 };
+                let context = self.process_context(&path, &target, is_return);
                 let kind = ProbeKind::Process {
                     path,
                     target,
                     is_return,
-                };
-                let context = ProbeContext {
-                    family: "process",
-                    is_return,
-                    needs_dwarf: true,
-                    ..ProbeContext::default()
                 };
                 one(with_context(
                     plain(kind, "process", render(comps), span),
@@ -570,6 +685,33 @@ impl<'a> Elaborator<'a> {
                 ))
             }
             _ => Ok(None),
+        }
+    }
+
+    /// What a process probe's body may read. The DWARF is read here, but
+    /// its absence is an error only when the body uses a `$var`: the
+    /// register built-ins (`int_arg(1)`) need none.
+    fn process_context(&self, path: &str, target: &ProcessTarget, is_return: bool) -> ProbeContext {
+        let function = match target {
+            ProcessTarget::Function(f) if !has_wildcard(f) => f,
+            _ => {
+                return ProbeContext {
+                    family: "process",
+                    is_return,
+                    needs_dwarf: true,
+                    ..ProbeContext::default()
+                };
+            }
+        };
+        let point = format!("process({}).function({})", quote(path), quote(function));
+        let fallback = "use int_arg(N)/pointer_arg(N) instead";
+        match self.facts.user_function(path, function) {
+            Ok(Some(proto)) => user_function_context(&proto, is_return, self.facts),
+            Ok(None) => no_dwarf_context(
+                is_return,
+                format!("{point}: the binary has no DWARF debug info (build with -g); {fallback}"),
+            ),
+            Err(e) => no_dwarf_context(is_return, format!("{point}: {e}; {fallback}")),
         }
     }
 

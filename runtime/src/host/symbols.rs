@@ -1,6 +1,7 @@
 //! Kernel address to symbol, from `/proc/kallsyms`, read once on first use.
 
 use std::path::PathBuf;
+use std::thread::JoinHandle;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Symbol {
@@ -14,6 +15,8 @@ pub struct Symbols {
     path: PathBuf,
     /// Text symbols sorted by address; `None` until first needed.
     table: Option<Vec<Symbol>>,
+    /// A read started by [`Symbols::preload`], joined on first use.
+    loading: Option<JoinHandle<Vec<Symbol>>>,
 }
 
 impl Default for Symbols {
@@ -32,6 +35,18 @@ impl Symbols {
         Symbols {
             path: path.into(),
             table: None,
+            loading: None,
+        }
+    }
+
+    /// Starts reading the table on another thread. The kernel takes tens
+    /// of milliseconds to generate /proc/kallsyms, so a session starts this
+    /// before attaching instead of paying for it on the start-up path or at
+    /// the first event.
+    pub fn preload(&mut self) {
+        if self.table.is_none() && self.loading.is_none() {
+            let path = self.path.clone();
+            self.loading = Some(std::thread::spawn(move || read_table(&path)));
         }
     }
 
@@ -66,11 +81,14 @@ impl Symbols {
     /// The symbol covering `addr`, the offset into it and its size (the
     /// distance to the next symbol).
     fn lookup(&mut self, addr: u64) -> Option<(&Symbol, u64, u64)> {
-        let table = self.table.get_or_insert_with(|| {
-            std::fs::read_to_string(&self.path)
-                .map(|text| parse(&text))
-                .unwrap_or_default()
-        });
+        if self.table.is_none() {
+            let table = match self.loading.take() {
+                Some(thread) => thread.join().unwrap_or_default(),
+                None => read_table(&self.path),
+            };
+            self.table = Some(table);
+        }
+        let table = self.table.as_ref()?;
         let index = table.partition_point(|s| s.addr <= addr).checked_sub(1)?;
         let sym = &table[index];
         let size = table.get(index + 1).map_or(0, |next| next.addr - sym.addr);
@@ -84,6 +102,14 @@ impl Symbols {
 
 /// Text symbols (`t`/`T`) of a kallsyms listing, sorted by address. Zero
 /// addresses (unprivileged reads) are dropped: they cannot be resolved.
+/// The text symbols of a kallsyms-format file; empty when it cannot be read
+/// (symbols then print as addresses).
+fn read_table(path: &std::path::Path) -> Vec<Symbol> {
+    std::fs::read_to_string(path)
+        .map(|text| parse(&text))
+        .unwrap_or_default()
+}
+
 fn parse(text: &str) -> Vec<Symbol> {
     let mut table: Vec<Symbol> = text
         .lines()

@@ -5,10 +5,15 @@
 
 use super::FnLowering;
 use crate::ast::StatOp;
-use crate::ir::{Failure, HistKind, Op, PrintArg, Reg, SymbolText, Term, ValType};
+use crate::diag::Diagnostic;
+use crate::ir::{BinOp, Failure, HistKind, Op, PrintArg, Reg, SymbolText, Term, ValType};
 use crate::sema::builtins::{self, ReturnType};
-use crate::sema::hir::{Expr, ExprKind, Type};
+use crate::sema::hir::{Expr, ExprKind, ProbeKind, Type};
 use crate::source::Span;
+
+/// Arguments `int_arg(N)` and friends can name: the registers the BPF
+/// backend reads from `pt_regs` (x86_64 SysV).
+const REGISTER_ARGS: i64 = 6;
 
 /// A format being assembled from pieces and the registers they consume.
 #[derive(Default)]
@@ -57,6 +62,9 @@ impl FnLowering<'_, '_> {
                 self.body.emit(Op::Exit, span);
                 None
             }
+            "int_arg" | "uint_arg" | "long_arg" | "ulong_arg" | "pointer_arg" => {
+                self.register_arg(name, args, span)
+            }
             "error" => {
                 let message = match args.first() {
                     Some(arg) => self.value(arg),
@@ -85,6 +93,61 @@ impl FnLowering<'_, '_> {
                 dst
             }
         }
+    }
+
+    /// `int_arg(n)` and friends: argument register `n - 1` of the probed
+    /// function, narrowed to 32 bits for `int_arg`/`uint_arg`.
+    fn register_arg(&mut self, name: &str, args: &[Expr], span: Span) -> Option<Reg> {
+        let n = match args.first().map(|a| &a.kind) {
+            Some(ExprKind::Long(n)) if (1..=REGISTER_ARGS).contains(n) => *n,
+            _ => {
+                self.m.report(
+                    Diagnostic::error(format!(
+                        "{name}() needs a constant argument number from 1 to {REGISTER_ARGS}"
+                    ))
+                    .at(args.first().map_or(span, |a| a.span), "not a constant 1..6"),
+                );
+                return Some(self.constant(0, span));
+            }
+        };
+        let in_function_probe = match self.probe_kind {
+            Some(ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. }) => true,
+            Some(_) => false,
+            // In a function: it reads whatever probe calls it.
+            None => true,
+        };
+        if !in_function_probe {
+            self.m.report(
+                Diagnostic::error(format!(
+                    "{name}() is only available in kernel.function and process probes"
+                ))
+                .at(span, "this probe has no function arguments"),
+            );
+            return Some(self.constant(0, span));
+        }
+        let dst = self.body.reg(ValType::Long);
+        let index = (n - 1) as u32;
+        self.body.emit(Op::ContextArg { dst, index }, span);
+        let narrowed = match name {
+            "int_arg" => {
+                // Sign-extend the low 32 bits: shift them up, then back down.
+                let shift = self.constant(32, span);
+                let up = self.long_op(BinOp::Shl, dst, shift, span);
+                self.long_op(BinOp::Shr, up, shift, span)
+            }
+            "uint_arg" => {
+                let mask = self.constant(0xffff_ffff, span);
+                self.long_op(BinOp::And, dst, mask, span)
+            }
+            _ => dst,
+        };
+        Some(narrowed)
+    }
+
+    fn long_op(&mut self, op: BinOp, lhs: Reg, rhs: Reg, span: Span) -> Reg {
+        let dst = self.body.reg(ValType::Long);
+        self.body.emit(Op::Binary { dst, op, lhs, rhs }, span);
+        dst
     }
 
     /// The format of `printf`/`sprintf`: pass 2 checked it is a literal.
@@ -234,5 +297,100 @@ impl FnLowering<'_, '_> {
         }
         self.flush(&mut pending, span);
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::diag::render_plain;
+    use crate::ir::{self, BinOp, Module, Op};
+    use crate::kernel::KernelFacts;
+    use crate::parse::parse_file;
+    use crate::preprocess::PreprocessEnv;
+    use crate::sema::{ElabOptions, elaborate};
+    use crate::source::SourceMap;
+    use crate::testing::FakeKernel;
+
+    fn lower(script: &str) -> Result<Module, String> {
+        let facts = FakeKernel::new();
+        let env = PreprocessEnv {
+            kernel: facts.version(),
+            arch: "x86_64".into(),
+            config: &|_| None,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("script.stp", script);
+        let parsed = parse_file(&map, id, &env);
+        let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
+        let program = program.ok_or_else(|| render_plain(&map, &diags))?;
+        ir::lower::lower(&program).map_err(|d| render_plain(&map, &d))
+    }
+
+    fn ops(module: &Module) -> Vec<Op> {
+        module.functions[0]
+            .blocks
+            .iter()
+            .flat_map(|b| b.insts.iter().map(|i| i.op.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn register_args_read_context_arguments_and_narrow_ints() {
+        let module = lower(
+            r#"probe process("/bin/true").function("main") {
+                 printf("%d %d %d %d %d\n", int_arg(1), uint_arg(2), long_arg(3),
+                        ulong_arg(4), pointer_arg(6))
+               }"#,
+        )
+        .unwrap_or_else(|d| panic!("lowering failed:\n{d}"));
+        let ops = ops(&module);
+        let indexes: Vec<u32> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::ContextArg { index, .. } => Some(*index),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(indexes, [0, 1, 2, 3, 5]);
+        let binary: Vec<BinOp> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Binary { op, .. } => Some(*op),
+                _ => None,
+            })
+            .collect();
+        // int_arg: shift up and back down (sign); uint_arg: mask.
+        assert_eq!(binary, [BinOp::Shl, BinOp::Shr, BinOp::And]);
+        assert!(ops.iter().any(|op| matches!(
+            op,
+            Op::Const {
+                value: 0xffff_ffff,
+                ..
+            }
+        )));
+        assert!(
+            ops.iter()
+                .any(|op| matches!(op, Op::Const { value: 32, .. }))
+        );
+    }
+
+    #[test]
+    fn register_args_need_a_constant_from_1_to_6_in_a_function_probe() {
+        let errors = lower(
+            r#"probe process("/bin/true").function("main") { x = 2; println(int_arg(x), long_arg(7)) }
+               probe kernel.trace("kfree_skb") { println(pointer_arg(1)) }"#,
+        )
+        .expect_err("must be refused");
+        assert!(
+            errors.contains("int_arg() needs a constant argument number from 1 to 6"),
+            "{errors}"
+        );
+        assert!(errors.contains("long_arg() needs a constant"), "{errors}");
+        assert!(
+            errors
+                .contains("pointer_arg() is only available in kernel.function and process probes"),
+            "{errors}"
+        );
     }
 }

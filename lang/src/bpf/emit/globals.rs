@@ -1,0 +1,191 @@
+//! Global arrays and scalars: key tuples, lookups, inserts and the
+//! overflow counter.
+
+use super::*;
+
+impl Emitter<'_> {
+    /// Writes the key tuple and leaves r1 = map, r2 = &key.
+    pub(super) fn lookup_setup(&mut self, global: GlobalId, keys: &[Reg]) {
+        self.write_key(global, keys);
+        self.key_args(global, keys.is_empty());
+    }
+
+    /// Where a global's key is built: the stack for one-entry maps and
+    /// small all-long tuples, else the scratch key buffer.
+    pub(super) fn key_on_stack(&self, global: GlobalId, keyless: bool) -> bool {
+        keyless || self.key_fits_stack(global)
+    }
+
+    pub(super) fn write_key(&mut self, global: GlobalId, keys: &[Reg]) {
+        if keys.is_empty() {
+            self.push(Insn::store_imm(W, FP, FRAME_SMALL, 0));
+            return;
+        }
+        let types: Vec<ValType> = self.global_keys(global).to_vec();
+        let offsets = layout::key_offsets(&types, self.n);
+        if self.key_on_stack(global, false) {
+            for (key, offset) in keys.iter().zip(&offsets) {
+                let k = self.operand(*key, R1);
+                self.push(Insn::store(DW, FP, FRAME_SMALL + *offset as i16, k));
+            }
+            return;
+        }
+        let base = self.scratch.key;
+        for ((key, offset), ty) in keys.iter().zip(&offsets).zip(&types) {
+            match ty {
+                ValType::Long => {
+                    self.scratch_addr(R1, base + offset);
+                    let k = self.operand(*key, R2);
+                    self.push(Insn::store(DW, R1, 0, k));
+                }
+                ValType::Str => {
+                    self.scratch_addr(R1, base + offset);
+                    self.str_addr(*key, R3);
+                    self.call_memcpy(self.n);
+                }
+            }
+        }
+    }
+
+    /// r1 = the global's map, r2 = the key `write_key` built.
+    pub(super) fn key_args(&mut self, global: GlobalId, keyless: bool) {
+        let map = self.global_map(global);
+        self.ld_map(R1, map);
+        if self.key_on_stack(global, keyless) {
+            self.frame_ptr(R2, FRAME_SMALL);
+        } else {
+            self.scratch_addr(R2, self.scratch.key);
+        }
+    }
+
+    pub(super) fn map_get(&mut self, dst: Reg, global: GlobalId, keys: &[Reg]) {
+        self.lookup_setup(global, keys);
+        self.call(helper::MAP_LOOKUP_ELEM);
+        match self.function.reg_type(dst) {
+            ValType::Long => {
+                // A missing element reads as 0: r0 is already 0 then.
+                self.push(Insn::jump_imm(insn::JEQ, R0, 0, 1));
+                self.push(Insn::load(DW, R0, R0, 0));
+                self.set_result(dst, R0);
+            }
+            ValType::Str => {
+                let missing = self.new_label();
+                let done = self.new_label();
+                self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), missing);
+                self.push(Insn::mov_reg(R3, R0));
+                self.str_addr(dst, R1);
+                self.call_memcpy(self.n);
+                self.goto(done);
+                self.bind(missing);
+                self.str_addr(dst, R1);
+                self.call_memset(self.n);
+                self.bind(done);
+            }
+        }
+    }
+
+    pub(super) fn map_set(&mut self, global: GlobalId, keys: &[Reg], src: Reg) {
+        self.lookup_setup(global, keys);
+        match self.function.reg_type(src) {
+            ValType::Long => {
+                let s = self.operand(src, R3);
+                self.push(Insn::store(DW, FP, FRAME_TMP, s));
+                self.frame_ptr(R3, FRAME_TMP);
+            }
+            ValType::Str => self.str_addr(src, R3),
+        }
+        self.push(Insn::mov_imm(R4, 0)); // BPF_ANY
+        self.call(helper::MAP_UPDATE_ELEM);
+        self.count_if_failed(COUNTER_MAP_OVERFLOW);
+    }
+
+    /// After a helper returning 0 or -errno in r0: bump a counter on error.
+    pub(super) fn count_if_failed(&mut self, counter: u32) {
+        let ok = self.new_label();
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
+        self.bump_counter(counter);
+        self.bind(ok);
+    }
+
+    pub(super) fn bump_counter(&mut self, counter: u32) {
+        let skip = self.new_label();
+        self.push(Insn::store_imm(W, FP, FRAME_TMP, 0));
+        self.ld_map(R1, self.maps.counters);
+        self.frame_ptr(R2, FRAME_TMP);
+        self.call(helper::MAP_LOOKUP_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), skip);
+        self.push(Insn::mov_imm(R1, 1));
+        self.push(Insn::atomic_add64(R0, (counter * 8) as i16, R1));
+        self.bind(skip);
+    }
+
+    /// Looks the element up, inserting a zeroed value (`zero_at` sets r3 to
+    /// it) first if missing. Jumps to `missing` when it cannot be created
+    /// (a full map: counted as overflow); else r0 = the value.
+    pub(super) fn lookup_or_insert(
+        &mut self,
+        global: GlobalId,
+        keys: &[Reg],
+        value_bytes: u32,
+        missing: Label,
+    ) {
+        let found = self.new_label();
+        let inserted = self.new_label();
+        self.lookup_setup(global, keys);
+        self.call(helper::MAP_LOOKUP_ELEM);
+        self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), found);
+        // Zero value: on the stack when small, else in scratch.
+        let on_stack = value_bytes <= SMALL_BYTES;
+        if on_stack {
+            for i in 0..value_bytes.div_ceil(8) {
+                self.push(Insn::store_imm(DW, FP, FRAME_SMALL_VALUE + 8 * i as i16, 0));
+            }
+        } else {
+            self.scratch_addr(R1, self.scratch.value);
+            self.call_memset(value_bytes);
+        }
+        self.key_args(global, keys.is_empty());
+        if on_stack {
+            self.frame_ptr(R3, FRAME_SMALL_VALUE);
+        } else {
+            self.scratch_addr(R3, self.scratch.value);
+        }
+        self.push(Insn::mov_imm(R4, 1)); // BPF_NOEXIST
+        self.call(helper::MAP_UPDATE_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), inserted);
+        // -EEXIST: another CPU inserted it first; anything else: full.
+        self.jump(Insn::jump_imm(insn::JEQ, R0, -17, 0), inserted);
+        self.bump_counter(COUNTER_MAP_OVERFLOW);
+        self.goto(missing);
+        self.bind(inserted);
+        self.key_args(global, keys.is_empty());
+        self.call(helper::MAP_LOOKUP_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), missing);
+        self.bind(found);
+    }
+
+    pub(super) fn map_add(&mut self, global: GlobalId, keys: &[Reg], delta: Reg) {
+        let done = self.new_label();
+        self.lookup_or_insert(global, keys, 8, done);
+        let d = self.operand(delta, R1);
+        self.push(Insn::atomic_add64(R0, 0, d));
+        self.bind(done);
+    }
+
+    pub(super) fn clear(&mut self, global: GlobalId) {
+        let storage = self.module.global(global).storage.clone();
+        match storage {
+            Storage::Scalar(ty) => {
+                let map = self.global_map(global);
+                self.ld_map_value(R1, map, 0);
+                match ty {
+                    ValType::Long => self.push(Insn::store_imm(DW, R1, 0, 0)),
+                    ValType::Str => self.call_memset(self.n),
+                }
+            }
+            _ => self.unsupported(
+                "deleting a whole array or statistic in a kernel probe (do it in a host probe)",
+            ),
+        }
+    }
+}

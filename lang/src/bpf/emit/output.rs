@@ -1,0 +1,185 @@
+//! Ring-buffer records (`records.rs` documents the format): printf,
+//! exit and run-time errors; and the MAXACTION guard.
+
+use super::*;
+
+impl Emitter<'_> {
+    /// Sends the 16-byte header (+ payload already at `FRAME_SMALL + 16`)
+    /// from the stack.
+    pub(super) fn send_small_record(&mut self, kind: u32, id: u32, len: u32) {
+        let header = [kind, id, self.probe, len];
+        for (i, word) in header.iter().enumerate() {
+            self.push(Insn::store_imm(
+                W,
+                FP,
+                FRAME_SMALL + 4 * i as i16,
+                *word as i32,
+            ));
+        }
+        self.ld_map(R1, self.maps.events);
+        self.frame_ptr(R2, FRAME_SMALL);
+        self.push(Insn::mov_imm(R3, len as i32));
+        self.push(Insn::mov_imm(R4, 0));
+        self.call(helper::RINGBUF_OUTPUT);
+        self.count_if_failed(COUNTER_LOST_EVENTS);
+    }
+
+    pub(super) fn exit_record(&mut self) {
+        self.send_small_record(records::KIND_EXIT, 0, HEADER_BYTES);
+    }
+
+    /// An error record for the current span, with an optional address.
+    pub(super) fn error_record(&mut self, kind: u32, address: Option<Reg>) {
+        let span = self.span;
+        let words = [span.file.0, span.start, span.end, 0];
+        for (i, word) in words.iter().enumerate() {
+            self.push(Insn::store_imm(
+                W,
+                FP,
+                FRAME_SMALL + 16 + 4 * i as i16,
+                *word as i32,
+            ));
+        }
+        let mut len = HEADER_BYTES + records::ERROR_SPAN_BYTES;
+        if let Some(address) = address {
+            let a = self.operand(address, R1);
+            self.push(Insn::store(DW, FP, FRAME_SMALL + 32, a));
+            len += 8;
+        }
+        self.send_small_record(records::KIND_ERROR, kind, len);
+    }
+
+    /// `error(msg)`: an error record carrying the message, built in scratch.
+    pub(super) fn explicit_error(&mut self, message: Reg) {
+        let span = self.span;
+        let base = self.scratch.record;
+        self.scratch_addr(R1, base);
+        let words = [
+            records::KIND_ERROR,
+            records::ERROR_EXPLICIT,
+            self.probe,
+            0,
+            span.file.0,
+            span.start,
+            span.end,
+            0,
+        ];
+        for (i, word) in words.iter().enumerate() {
+            self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+        }
+        let offset = self.text_arg(RecordOffset::Fixed(32), message);
+        self.send_record(offset);
+    }
+
+    /// r1 = where the next record argument goes (r5 is clobbered); returns
+    /// the constant displacement to add.
+    pub(super) fn record_cursor(&mut self, offset: RecordOffset) -> i16 {
+        self.scratch_addr(R1, self.scratch.record);
+        match offset {
+            RecordOffset::Fixed(at) => at as i16,
+            RecordOffset::Running => {
+                self.push(Insn::load(DW, R5, FP, FRAME_RECORD_OFFSET));
+                self.push(Insn::alu64_reg(insn::ADD, R1, R5));
+                0
+            }
+        }
+    }
+
+    pub(super) fn advance(&mut self, offset: RecordOffset, by: u32) -> RecordOffset {
+        match offset {
+            RecordOffset::Fixed(at) => RecordOffset::Fixed(at + by),
+            RecordOffset::Running => {
+                self.push(Insn::load(DW, R5, FP, FRAME_RECORD_OFFSET));
+                self.push(Insn::alu64_imm(insn::ADD, R5, by as i32));
+                self.push(Insn::store(DW, FP, FRAME_RECORD_OFFSET, R5));
+                RecordOffset::Running
+            }
+        }
+    }
+
+    /// A text argument (`u32 tag, u32 len, text padded to 8`).
+    pub(super) fn text_arg(&mut self, offset: RecordOffset, text: Reg) -> RecordOffset {
+        let at = self.record_cursor(offset);
+        self.push(Insn::store_imm(W, R1, at, records::TAG_TEXT as i32));
+        self.push(Insn::alu64_imm(insn::ADD, R1, at as i32 + 8));
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.str_addr(text, R3);
+        self.call(helper::PROBE_READ_KERNEL_STR);
+        self.clamp_str_result();
+        let at = self.record_cursor(offset);
+        self.push(Insn::store(W, R1, at + 4, R0));
+        // Padded length, bounded so the verifier sees the record fit.
+        let pmax = self.padded_max();
+        self.push(Insn::alu64_imm(insn::ADD, R0, 7));
+        self.push(Insn::alu64_imm(insn::AND, R0, -8));
+        self.push(Insn::jump_imm(insn::JLE, R0, pmax as i32, 1));
+        self.push(Insn::mov_imm(R0, pmax as i32));
+        match offset {
+            RecordOffset::Fixed(at) => self.push(Insn::mov_imm(R5, at as i32 + 8)),
+            RecordOffset::Running => {
+                self.push(Insn::load(DW, R5, FP, FRAME_RECORD_OFFSET));
+                self.push(Insn::alu64_imm(insn::ADD, R5, 8));
+            }
+        }
+        self.push(Insn::alu64_reg(insn::ADD, R5, R0));
+        self.push(Insn::store(DW, FP, FRAME_RECORD_OFFSET, R5));
+        RecordOffset::Running
+    }
+
+    /// Writes the length into the header and outputs the scratch record.
+    pub(super) fn send_record(&mut self, offset: RecordOffset) {
+        self.scratch_addr(R2, self.scratch.record);
+        match offset {
+            RecordOffset::Fixed(len) => self.push(Insn::mov_imm(R3, len as i32)),
+            RecordOffset::Running => self.push(Insn::load(DW, R3, FP, FRAME_RECORD_OFFSET)),
+        }
+        self.push(Insn::store(W, R2, 12, R3));
+        self.ld_map(R1, self.maps.events);
+        self.push(Insn::mov_imm(R4, 0));
+        self.call(helper::RINGBUF_OUTPUT);
+        self.count_if_failed(COUNTER_LOST_EVENTS);
+    }
+
+    pub(super) fn printf(&mut self, format: u32, args: &[PrintArg]) {
+        self.scratch_addr(R1, self.scratch.record);
+        let header = [records::KIND_PRINTF, format, self.probe];
+        for (i, word) in header.iter().enumerate() {
+            self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+        }
+        let mut offset = RecordOffset::Fixed(HEADER_BYTES);
+        for arg in args {
+            offset = match *arg {
+                PrintArg::Value(reg) if self.function.reg_type(reg) == ValType::Str => {
+                    self.text_arg(offset, reg)
+                }
+                PrintArg::Value(reg) => {
+                    let at = self.record_cursor(offset);
+                    let v = self.operand(reg, R2);
+                    self.push(Insn::store(DW, R1, at, v));
+                    self.advance(offset, 8)
+                }
+                PrintArg::Symbol { addr, how } => {
+                    let at = self.record_cursor(offset);
+                    self.push(Insn::store_imm(W, R1, at, records::symbol_tag(how) as i32));
+                    self.push(Insn::store_imm(W, R1, at + 4, 8));
+                    let a = self.operand(addr, R2);
+                    self.push(Insn::store(DW, R1, at + 8, a));
+                    self.advance(offset, 16)
+                }
+            };
+        }
+        self.send_record(offset);
+    }
+
+    pub(super) fn tick(&mut self) {
+        let ok = self.new_label();
+        self.push(Insn::load(DW, R0, FP, FRAME_TICKS));
+        self.push(Insn::alu64_imm(insn::ADD, R0, 1));
+        self.push(Insn::store(DW, FP, FRAME_TICKS, R0));
+        let limit = i32::try_from(self.max_action).unwrap_or(i32::MAX);
+        self.jump(Insn::jump_imm(insn::JLE, R0, limit, 0), ok);
+        self.error_record(records::ERROR_MAXACTION, None);
+        self.goto(self.epilogue);
+        self.bind(ok);
+    }
+}

@@ -1,0 +1,180 @@
+//! String operations: constants, comparison, concatenation, reads of
+//! kernel/user strings and `bpf_snprintf`. Results go through a work
+//! space and are copied with their NUL padding, since an operand may be
+//! the destination.
+
+use super::*;
+
+impl Emitter<'_> {
+    pub(super) fn const_str(&mut self, dst: Reg, text: &str) {
+        self.str_addr(dst, R1);
+        self.call_memset(self.n);
+        let bytes = text.as_bytes();
+        let bytes = &bytes[..bytes.len().min(self.n as usize - 1)];
+        if bytes.is_empty() {
+            return;
+        }
+        self.str_addr(dst, R1);
+        for (i, chunk) in bytes.chunks(8).enumerate() {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.push2(Insn::ld_imm64(R2, i64::from_le_bytes(word)));
+            self.push(Insn::store(DW, R1, (i * 8) as i16, R2));
+        }
+    }
+
+    /// strcmp over at most MAXSTRINGLEN bytes (a loop the verifier can
+    /// bound), then `op` against 0; the result is left in r0.
+    pub(super) fn str_compare(&mut self, op: CmpOp, lhs: Reg, rhs: Reg) {
+        let top = self.new_label();
+        let differ = self.new_label();
+        let done = self.new_label();
+        self.str_addr(lhs, R1);
+        self.str_addr(rhs, R2);
+        self.push(Insn::mov_imm(R3, 0));
+        self.push(Insn::mov_imm(R0, 0));
+        self.bind(top);
+        self.jump(Insn::jump_imm(insn::JGE, R3, self.n as i32, 0), done);
+        self.push(Insn::mov_reg(R4, R1));
+        self.push(Insn::alu64_reg(insn::ADD, R4, R3));
+        self.push(Insn::load(B, R4, R4, 0));
+        self.push(Insn::mov_reg(R5, R2));
+        self.push(Insn::alu64_reg(insn::ADD, R5, R3));
+        self.push(Insn::load(B, R5, R5, 0));
+        self.jump(Insn::jump_reg(insn::JNE, R4, R5, 0), differ);
+        self.jump(Insn::jump_imm(insn::JEQ, R4, 0, 0), done);
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.goto(top);
+        self.bind(differ);
+        self.push(Insn::mov_reg(R0, R4));
+        self.push(Insn::alu64_reg(insn::SUB, R0, R5));
+        self.bind(done);
+        self.push(Insn::mov_reg(R4, R0));
+        self.push(Insn::mov_imm(R0, 1));
+        self.push(Insn::jump_imm(jump_op(op), R4, 0, 1));
+        self.push(Insn::mov_imm(R0, 0));
+    }
+
+    /// Clamps a `probe_read_*_str` result in r0 to a text length in
+    /// `[0, max_string_len - 1]` (the helper counts the NUL).
+    pub(super) fn clamp_str_result(&mut self) {
+        self.push(Insn::jump_imm(insn::JSGT, R0, 0, 1));
+        self.push(Insn::mov_imm(R0, 1));
+        self.push(Insn::jump_imm(insn::JLE, R0, self.n as i32, 1));
+        self.push(Insn::mov_imm(R0, self.n as i32));
+        self.push(Insn::alu64_imm(insn::SUB, R0, 1));
+    }
+
+    pub(super) fn concat(&mut self, dst: Reg, lhs: Reg, rhs: Reg) {
+        // Built in the work space (2 × MAXSTRINGLEN, so the verifier can
+        // see the second copy stays inside), then copied to `dst`: either
+        // operand may be `dst` itself.
+        let temp = self.scratch.temp;
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        self.scratch_addr(R1, temp);
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.str_addr(lhs, R3);
+        self.call(helper::PROBE_READ_KERNEL_STR);
+        self.clamp_str_result();
+        self.scratch_addr(R1, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R0));
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.push(Insn::alu64_reg(insn::SUB, R2, R0));
+        self.str_addr(rhs, R3);
+        self.call(helper::PROBE_READ_KERNEL_STR);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
+    }
+
+    /// `kernel_string(addr [, fallback])` and friends.
+    pub(super) fn read_string(
+        &mut self,
+        dst: Reg,
+        addr: Reg,
+        limit: Option<Reg>,
+        fallback: Option<Reg>,
+        user: bool,
+    ) {
+        let done = self.new_label();
+        let fault = self.new_label();
+        // Into the work space first: `fallback` or `addr` may live in `dst`.
+        let temp = self.scratch.temp;
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        match limit {
+            Some(limit) => {
+                // n bytes and the NUL, clamped to [1, MAXSTRINGLEN].
+                self.load_to(limit, R2);
+                self.push(Insn::alu64_imm(insn::ADD, R2, 1));
+                self.push(Insn::jump_imm(insn::JSGT, R2, 0, 1));
+                self.push(Insn::mov_imm(R2, 1));
+                self.push(Insn::jump_imm(insn::JLE, R2, self.n as i32, 1));
+                self.push(Insn::mov_imm(R2, self.n as i32));
+            }
+            None => self.push(Insn::mov_imm(R2, self.n as i32)),
+        }
+        self.scratch_addr(R1, temp);
+        self.load_to(addr, R3);
+        self.call(if user {
+            helper::PROBE_READ_USER_STR
+        } else {
+            helper::PROBE_READ_KERNEL_STR
+        });
+        self.jump(Insn::jump_imm(insn::JSLT, R0, 0, 0), fault);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
+        self.goto(done);
+        self.bind(fault);
+        match fallback {
+            Some(fallback) => self.copy_str(dst, fallback),
+            None => {
+                let kind = if user {
+                    records::ERROR_USER_STRING
+                } else {
+                    records::ERROR_KERNEL_STRING
+                };
+                self.error_record(kind, Some(addr));
+                self.goto(self.epilogue);
+            }
+        }
+        self.bind(done);
+    }
+
+    /// `dst = bpf_snprintf(format at `offset` of the formats map, args)`,
+    /// written to the work space first (an argument may be `dst`), then
+    /// copied with its NUL padding.
+    pub(super) fn snprintf(&mut self, dst: Reg, offset: u32, args: &[Reg]) {
+        let Some(map) = self.maps.formats.as_ref().map(|f| f.map) else {
+            return;
+        };
+        let data = self.scratch.sprintf;
+        for (index, arg) in args.iter().enumerate() {
+            let at = (index * 8) as i16;
+            self.scratch_addr(R1, data);
+            match self.function.reg_type(*arg) {
+                ValType::Str => self.str_addr(*arg, R2),
+                ValType::Long => self.load_to(*arg, R2),
+            }
+            self.push(Insn::store(DW, R1, at, R2));
+        }
+        let temp = self.scratch.temp;
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        self.scratch_addr(R1, temp);
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.ld_map_value(R3, map, offset as i32);
+        if args.is_empty() {
+            self.push(Insn::mov_imm(R4, 0));
+        } else {
+            self.scratch_addr(R4, data);
+        }
+        self.push(Insn::mov_imm(R5, 8 * args.len() as i32));
+        self.call(helper::SNPRINTF);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
+    }
+}
