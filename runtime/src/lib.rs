@@ -8,17 +8,17 @@
 //! - [`dwarf`]: user binaries' function prototypes from DWARF (uprobes).
 //! - [`kernel`]: [`kernel::BtfKernel`], the `KernelFacts` the compiler asks.
 
+pub mod attach;
 pub mod btf;
 pub mod dwarf;
 pub mod features;
 pub mod host;
 pub mod jit;
 pub mod kernel;
-pub mod attach;
 pub mod load;
-pub mod sys;
 pub mod ringbuf;
 pub mod session;
+pub mod sys;
 pub mod tracefs;
 pub mod uprobe;
 

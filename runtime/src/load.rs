@@ -681,7 +681,13 @@ processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_stat
         // r1 = <map 0> (ld_imm64 dst=1, src=BPF_PSEUDO_MAP_FD), then exit;
         // and r2 = <map 0 value + 8> (src=BPF_PSEUDO_MAP_VALUE).
         let prog = program(
-            vec![0x18 | 1 << 8 | 1 << 12, 0, 0x18 | 2 << 8 | 2 << 12, 8 << 32, 0x95],
+            vec![
+                0x18 | 1 << 8 | 1 << 12,
+                0,
+                0x18 | 2 << 8 | 2 << 12,
+                8 << 32,
+                0x95,
+            ],
             vec![(0, 0), (2, 0)],
             vec![],
         );

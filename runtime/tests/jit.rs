@@ -706,8 +706,11 @@ fn clif_listing_of_a_small_function() {
     insta::assert_snapshot!("clif_add3", listing);
 }
 
+/// Elements of every fake map, by (map fd, key).
+type FakeElements = std::collections::BTreeMap<(i32, Vec<u8>), Vec<u8>>;
+
 /// An in-memory stand-in for BPF maps: hash semantics, 2 CPUs.
-struct FakeMaps(std::cell::RefCell<std::collections::BTreeMap<(i32, Vec<u8>), Vec<u8>>>);
+struct FakeMaps(std::cell::RefCell<FakeElements>);
 
 impl stap_runtime::host::BpfMapOps for FakeMaps {
     fn lookup(&self, fd: i32, key: &[u8], value: &mut [u8]) -> std::io::Result<bool> {

@@ -24,7 +24,12 @@ impl Emitter<'_> {
         self.count_if_failed(COUNTER_LOST_EVENTS);
     }
 
+    /// `exit()`: clears the run flag first, so that no new handler starts
+    /// (stap stops starting probes once the session is stopping), then
+    /// tells the host. The current handler goes on to its end.
     pub(super) fn exit_record(&mut self) {
+        self.ld_map_value(R1, self.maps.control, (maps::CONTROL_RUN * 8) as i32);
+        self.push(Insn::store_imm(DW, R1, 0, 0));
         self.send_small_record(records::KIND_EXIT, 0, HEADER_BYTES);
     }
 
