@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use stap_lang::kernel::{KernelVersion, Mechanisms};
 
+use crate::sys;
 use crate::tracefs::Tracefs;
 
 const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
@@ -136,86 +137,36 @@ impl Features {
     }
 }
 
-// From the kernel's uapi linux/bpf.h.
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_PROG_TYPE_TRACING: u32 = 26;
-const BPF_TRACE_FENTRY: u32 = 24;
-
-/// The prefix of `union bpf_attr` that BPF_PROG_LOAD reads, up to
-/// `attach_btf_obj_fd`; the kernel treats the missing tail as zero.
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    prog_btf_fd: u32,
-    func_info_rec_size: u32,
-    func_info: u64,
-    func_info_cnt: u32,
-    line_info_rec_size: u32,
-    line_info: u64,
-    line_info_cnt: u32,
-    attach_btf_id: u32,
-    attach_btf_obj_fd: u32,
-    _pad: u32,
-}
-
 /// Loads `r0 = 0; exit` as an fentry program on the vmlinux function with
 /// BTF id `btf_id`, and unloads it. Not attached: loading is the step that
 /// kernels refuse.
 pub fn probe_fentry(btf_id: u32, function: &str) -> Availability {
     // mov64 r0, 0 ; exit
     let insns: [u64; 2] = [0xb7, 0x95];
-    let license = b"GPL\0";
-    let mut log = vec![0u8; 4096];
-    let attr = ProgLoadAttr {
-        prog_type: BPF_PROG_TYPE_TRACING,
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        log_level: 1,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        expected_attach_type: BPF_TRACE_FENTRY,
+    let request = sys::ProgLoad {
+        prog_type: sys::BPF_PROG_TYPE_TRACING,
+        expected_attach_type: sys::BPF_TRACE_FENTRY,
+        name: "stap_fentry",
+        insns: &insns,
         attach_btf_id: btf_id,
-        ..ProgLoadAttr::default()
+        attach_btf_obj: None,
     };
-    // SAFETY: attr and every buffer it points to outlive the call, and the
-    // size passed is attr's own.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_PROG_LOAD,
-            &attr as *const ProgLoadAttr,
-            std::mem::size_of::<ProgLoadAttr>(),
-        )
+    let mut log = vec![0u8; 4096];
+    // Dropping the fd unloads the program again.
+    let error = match sys::prog_load(&request, Some((1, &mut log))) {
+        Ok(_program) => return Availability::Available,
+        Err(error) => error,
     };
-    if fd >= 0 {
-        // SAFETY: fd is the program fd the kernel just returned to us.
-        unsafe { libc::close(fd as libc::c_int) };
-        return Availability::Available;
-    }
-    let error = std::io::Error::last_os_error();
     let errno = error.raw_os_error().unwrap_or(0);
     // "Operation not permitted (os error 1)" -> "Operation not permitted".
-    let error = error.to_string();
-    let error = error.split(" (os error").next().unwrap_or_default();
+    let text = error.to_string();
+    let text = text.split(" (os error").next().unwrap_or_default();
     let log_text = String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
         .trim()
         .to_string();
     let mut reason = format!(
-        "the kernel refused to load a minimal fentry program on {function}: {} ({error})",
-        errno_name(errno)
+        "the kernel refused to load a minimal fentry program on {function}: {} ({text})",
+        sys::errno_name(&error)
     );
     if !log_text.is_empty() {
         reason.push_str(&format!("; verifier: {log_text}"));
@@ -225,20 +176,4 @@ pub fn probe_fentry(btf_id: u32, function: &str) -> Availability {
         );
     }
     Availability::Unavailable(reason)
-}
-
-fn errno_name(errno: i32) -> String {
-    match errno {
-        libc::EPERM => "EPERM".into(),
-        libc::EACCES => "EACCES".into(),
-        libc::EINVAL => "EINVAL".into(),
-        libc::ENOENT => "ENOENT".into(),
-        libc::ESRCH => "ESRCH".into(),
-        libc::E2BIG => "E2BIG".into(),
-        libc::ENOSYS => "ENOSYS".into(),
-        libc::EBUSY => "EBUSY".into(),
-        // The kernel's internal ENOTSUPP leaks out of bpf().
-        524 => "ENOTSUPP".into(),
-        other => format!("errno {other}"),
-    }
 }
