@@ -56,7 +56,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub btf: Option<PathBuf>,
 
-    /// How kernel.function probes attach.
+    /// How kernel.function probes attach: fentry/fexit or kprobes/kretprobes.
     #[arg(long, value_enum, default_value_t = KernelProbes::Auto)]
     pub kernel_probes: KernelProbes,
 
@@ -113,7 +113,9 @@ pub enum DumpStage {
 pub enum KernelProbes {
     /// fentry/fexit where the kernel allows it, kprobes otherwise.
     Auto,
+    /// fentry/fexit only; an error where the kernel refuses them.
     Fentry,
+    /// kprobes/kretprobes only; an error where the kernel has none.
     Kprobe,
 }
 

@@ -1,7 +1,7 @@
 //! Runs the passes in order, stopping where `-p`/`--dump` asks, and turns
 //! every failure into rendered diagnostics on stderr.
 
-use crate::cli::{Args, DumpStage};
+use crate::cli::{Args, DumpStage, KernelProbes};
 use crate::{listing, tapsets};
 use stap_lang::diag::{self, Diagnostic};
 use stap_lang::kernel::KernelFacts;
@@ -179,6 +179,11 @@ impl<'a> Frontend<'a> {
         let options = sema::ElabOptions {
             defines: args.defines.clone(),
             global_overrides: args.globals.clone(),
+            kernel_probes: match args.kernel_probes {
+                KernelProbes::Auto => sema::KernelProbes::Auto,
+                KernelProbes::Fentry => sema::KernelProbes::Fentry,
+                KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
+            },
         };
         let (program, diags) = sema::elaborate(user, library, self.kernel, &options);
         report(map, &diags)?;

@@ -17,6 +17,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+#[path = "live/host.rs"]
+mod host;
+
+#[path = "live/examples.rs"]
+mod examples;
+
+#[path = "live/functions.rs"]
+mod functions;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

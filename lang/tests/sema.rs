@@ -139,6 +139,7 @@ fn command_line_defines_and_overrides() {
             ("threshold".into(), "0x40".into()),
             ("label".into(), "eth0".into()),
         ],
+        ..ElabOptions::default()
     };
     let script =
         "global threshold = 10, label = \"lo\"\nprobe begin { if (threshold > 5) println(label) }";

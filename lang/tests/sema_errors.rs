@@ -322,6 +322,7 @@ fn override_of_unknown_global() {
     let opts = ElabOptions {
         defines: vec![],
         global_overrides: vec![("maxm".into(), "5".into())],
+        ..ElabOptions::default()
     };
     insta::assert_snapshot!(errors_with(
         "global maxn = 10\nprobe begin { println(maxn) }",

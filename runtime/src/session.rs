@@ -18,7 +18,8 @@
 //!    probe is detached, and the error/skip/loss warnings are printed.
 //!
 //! The Control map's value layout is `stap_lang::bpf::maps` (`u64` slots:
-//! the run flag, and realtime minus monotonic in ns for `gettimeofday_*`):
+//! the run flag, realtime minus monotonic in ns for `gettimeofday_*`, and
+//! `target()`):
 //! the session writes it, kernel handlers read it.
 
 pub mod child;
@@ -135,9 +136,18 @@ pub fn run(
 
     let object = compiled.object;
     let loaded = load::load(object).map_err(SessionError::Load)?;
-    let control = find_map(object, &loaded, |r| matches!(r, MapRole::Control));
-    if let Some((fd, size)) = control {
-        write_control(fd, size, false).map_err(setup("cannot write the Control map"))?;
+    let control =
+        find_map(object, &loaded, |r| matches!(r, MapRole::Control)).map(|(fd, value_size)| {
+            Control {
+                fd,
+                value_size,
+                target,
+            }
+        });
+    if let Some(control) = &control {
+        control
+            .write(false)
+            .map_err(setup("cannot write the Control map"))?;
     }
     let mut events = match find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
         Some((fd, _)) => Some((
@@ -157,12 +167,15 @@ pub fn run(
                 .map_err(|e| SessionError::Setup(format!("cannot set up global: {e}")))?;
         }
     }
+    // Blocked before any thread starts, so threads inherit the mask and
+    // SIGINT/SIGTERM reach only the signalfd (else the default action
+    // kills the process from whichever thread the kernel picks).
+    let signals = StopSignals::block().map_err(setup("cannot block signals"))?;
     if uses_symbols(compiled.module) {
         // Reading /proc/kallsyms takes tens of milliseconds: overlap it
         // with attaching rather than delaying start-up or the first event.
         runtime.symbols.preload();
     }
-    let signals = StopSignals::block().map_err(setup("cannot block signals"))?;
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
 
     let mut session = Session {
@@ -176,8 +189,8 @@ pub fn run(
         ending: false,
     };
     session.run_probes(|kind| matches!(kind, ProbeKind::Begin { .. }));
-    if let Some((fd, size)) = control
-        && let Err(e) = write_control(fd, size, true)
+    if let Some(control) = &session.control
+        && let Err(e) = control.write(true)
     {
         session.stop_with_warning(&format!("cannot start the kernel probes: {e}"));
     }
@@ -191,8 +204,8 @@ pub fn run(
     }
 
     // Ending: handlers off, then whatever they wrote before that.
-    if let Some((fd, size)) = control {
-        let _ = write_control(fd, size, false);
+    if let Some(control) = &session.control {
+        let _ = control.write(false);
     }
     if let Some((ring, _)) = events.as_mut() {
         session.drain(ring);
@@ -226,8 +239,8 @@ pub fn run(
 struct Session<'a> {
     compiled: &'a Compiled<'a>,
     settings: &'a Settings,
-    /// The Control map's fd and value size, to stop kernel handlers.
-    control: Option<(BorrowedFd<'a>, u32)>,
+    /// The Control map, to start and stop kernel handlers.
+    control: Option<Control<'a>>,
     runtime: HostRuntime,
     /// Parsed printf formats, by `FormatId`, parsed on first use.
     formats: Vec<Option<Vec<Piece>>>,
@@ -267,6 +280,7 @@ impl Session<'_> {
             let span = self.compiled.module.probes[probe].span;
             self.report_error(&error.to_string(), Some(span));
         }
+        self.flush_output();
         if self.runtime.exit_requested {
             self.ending = true;
         }
@@ -386,6 +400,14 @@ impl Session<'_> {
         for bytes in records {
             self.handle_record(&bytes);
         }
+        self.flush_output();
+    }
+
+    /// Ships what the last handler or batch of events printed.
+    fn flush_output(&mut self) {
+        if let Err(e) = self.runtime.output.flush() {
+            self.stop_with_warning(&format!("cannot write output: {e}"));
+        }
     }
 
     fn handle_record(&mut self, bytes: &[u8]) {
@@ -403,8 +425,8 @@ impl Session<'_> {
             RecordBody::Exit => {
                 // No new kernel handler runs once exit() was called: stop
                 // them now rather than after the loop notices.
-                if let Some((fd, size)) = self.control {
-                    let _ = write_control(fd, size, false);
+                if let Some(control) = &self.control {
+                    let _ = control.write(false);
                 }
                 self.ending = true;
             }
@@ -438,6 +460,10 @@ impl Session<'_> {
                     SymbolText::Name => self.runtime.symbols.name(addr),
                     SymbolText::Data => self.runtime.symbols.data(addr),
                     SymbolText::Module => self.runtime.symbols.module(addr),
+                    SymbolText::Enum(name) => {
+                        let enum_type = self.compiled.module.string(name);
+                        self.runtime.enums.name(enum_type, addr as i64)
+                    }
                 }),
                 _ => None,
             })
@@ -568,8 +594,24 @@ fn events_size(object: &Object) -> u32 {
         .map_or(0, |spec| spec.max_entries)
 }
 
-/// Writes the Control value: the run flag and the wall-clock offset.
-fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool) -> io::Result<()> {
+/// The Control map (see `stap_lang::bpf::maps`) and what goes in it
+/// besides the run flag.
+struct Control<'a> {
+    fd: BorrowedFd<'a>,
+    value_size: u32,
+    /// `target()`: the `-c` command's pid or `-x PID`, 0 without either.
+    target: i32,
+}
+
+impl Control<'_> {
+    /// Writes the Control value: the run flag, the wall-clock offset and
+    /// `target()`.
+    fn write(&self, run: bool) -> io::Result<()> {
+        write_control(self.fd, self.value_size, run, self.target)
+    }
+}
+
+fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool, target: i32) -> io::Result<()> {
     let mut value = vec![0u8; value_size as usize];
     let mut put = |slot: u32, v: u64| {
         let at = slot as usize * 8;
@@ -580,6 +622,8 @@ fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool) -> io::Result<(
     put(bpf_maps::CONTROL_RUN, u64::from(run));
     let offset = clock_ns(libc::CLOCK_REALTIME).wrapping_sub(monotonic_ns());
     put(bpf_maps::CONTROL_TIME_OFFSET, offset);
+    // Sign-extended, as the kernel half reads it as a long.
+    put(bpf_maps::CONTROL_TARGET, i64::from(target) as u64);
     sys::map_update(fd, &0u32.to_ne_bytes(), &value, 0)
 }
 

@@ -23,7 +23,7 @@
 //!     [`ERROR_TOO_MANY_CPUS`] (a statistic on more CPUs than the code was
 //!     compiled for, `bpf::Options::cpus`): nothing.
 
-use crate::ir::{FormatId, Module, SymbolText};
+use crate::ir::{FormatId, Module, StrId, SymbolText};
 use crate::printf::{self, ArgKind};
 use crate::source::{FileId, Span};
 
@@ -37,6 +37,8 @@ pub const TAG_TEXT: u32 = 0;
 pub const TAG_SYMNAME: u32 = 1;
 pub const TAG_SYMDATA: u32 = 2;
 pub const TAG_MODNAME: u32 = 3;
+/// `enum_name`: this plus the enum type name's [`StrId`], then the value.
+pub const TAG_ENUM_BASE: u32 = 0x100;
 
 pub const ERROR_DIVISION_BY_ZERO: u32 = 1;
 pub const ERROR_EXPLICIT: u32 = 2;
@@ -56,6 +58,7 @@ pub fn symbol_tag(how: SymbolText) -> u32 {
         SymbolText::Name => TAG_SYMNAME,
         SymbolText::Data => TAG_SYMDATA,
         SymbolText::Module => TAG_MODNAME,
+        SymbolText::Enum(name) => TAG_ENUM_BASE + name.0,
     }
 }
 
@@ -260,6 +263,10 @@ pub fn decode<'a>(
                                     how,
                                 }
                             }
+                            enum_tag if enum_tag >= TAG_ENUM_BASE => Arg::Symbol {
+                                addr: reader.u64()?,
+                                how: SymbolText::Enum(StrId(enum_tag - TAG_ENUM_BASE)),
+                            },
                             other => return Err(DecodeError::BadTag(other)),
                         }
                     }

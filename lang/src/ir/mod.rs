@@ -303,8 +303,9 @@ pub struct Sort {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PrintArg {
     Value(Reg),
-    /// `symname(addr)`, `symdata(addr)`, `modname(addr)` directly as an
-    /// argument of `printf` in kernel code.
+    /// `symname(addr)`, `symdata(addr)`, `modname(addr)` or
+    /// `enum_name("E", value)` directly as an argument of `printf` in
+    /// kernel code (`addr` holds the value).
     Symbol {
         addr: Reg,
         how: SymbolText,
@@ -319,6 +320,9 @@ pub enum SymbolText {
     Data,
     /// `kernel` or the module name.
     Module,
+    /// `enum_name("E", value)`: the enumerator of kernel enum `E` (the
+    /// string constant) with this value, from the kernel's BTF.
+    Enum(StrId),
 }
 
 #[derive(Debug, Clone, PartialEq)]

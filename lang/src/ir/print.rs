@@ -489,14 +489,14 @@ impl Printer<'_> {
                     .iter()
                     .map(|a| match a {
                         PrintArg::Value(r) => reg(*r),
-                        PrintArg::Symbol { addr, how } => {
-                            let how = match how {
-                                SymbolText::Name => "symname",
-                                SymbolText::Data => "symdata",
-                                SymbolText::Module => "modname",
-                            };
-                            format!("{how}({})", reg(*addr))
-                        }
+                        PrintArg::Symbol { addr, how } => match how {
+                            SymbolText::Name => format!("symname({})", reg(*addr)),
+                            SymbolText::Data => format!("symdata({})", reg(*addr)),
+                            SymbolText::Module => format!("modname({})", reg(*addr)),
+                            SymbolText::Enum(e) => {
+                                format!("enum_name({}, {})", self.string(*e), reg(*addr))
+                            }
+                        },
                     })
                     .collect();
                 format!("printf {}({})", self.format(*format), args.join(", "))

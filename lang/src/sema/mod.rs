@@ -33,6 +33,20 @@ pub struct ElabOptions {
     pub defines: Vec<(String, String)>,
     /// -G name=value overrides of globals (must name a declared global; type-checked).
     pub global_overrides: Vec<(String, String)>,
+    /// --kernel-probes: how kernel.function probes attach.
+    pub kernel_probes: KernelProbes,
+}
+
+/// The mechanism kernel.function probes use (`--kernel-probes`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KernelProbes {
+    /// fentry/fexit where the kernel allows it, kprobes otherwise.
+    #[default]
+    Auto,
+    /// fentry/fexit only: an error where the kernel refuses them.
+    Fentry,
+    /// kprobes/kretprobes only: an error where the kernel has none.
+    Kprobe,
 }
 
 /// Elaborates the user's files (the script, or -e text; possibly several) against the tapset library.
@@ -45,6 +59,7 @@ pub fn elaborate(
     opts: &ElabOptions,
 ) -> (Option<Program>, Vec<Diagnostic>) {
     let mut elab = Elaborator::new(facts, tapsets);
+    elab.kernel_probes = opts.kernel_probes;
     for file in user {
         elab.add_file(file, false);
     }

@@ -2,6 +2,7 @@
 //! prologues and epilogues), `?` and `!`, and each family's arguments,
 //! checked against the kernel's tracepoints and functions.
 
+use super::KernelProbes;
 use super::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, ProcessTarget};
 use super::symbols::Elaborator;
 use crate::ast::{self, Literal, PointComponent};
@@ -237,19 +238,31 @@ fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -
 fn function_context(
     proto: &FunctionProto,
     is_return: bool,
+    mechanism: FunctionMechanism,
     facts: &dyn crate::kernel::KernelFacts,
 ) -> ProbeContext {
-    let vars = proto
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ContextVar {
+    // A kretprobe sees the registers at the return, where the argument
+    // registers hold whatever the function left there.
+    let kretprobe = is_return && mechanism == FunctionMechanism::Kprobe;
+    let mut unreadable = Vec::new();
+    let mut vars = Vec::new();
+    for (i, p) in proto.params.iter().enumerate() {
+        if kretprobe {
+            unreadable.push((
+                p.name.clone(),
+                "a kretprobe sees the registers at the return, where the arguments are gone, \
+                 and @entry() of them needs fexit: use --kernel-probes=fentry or auto"
+                    .to_string(),
+            ));
+            continue;
+        }
+        vars.push(ContextVar {
             name: p.name.clone(),
             ty: p.ty,
             type_name: facts.type_name(p.ty),
             source: ContextSource::FunctionParam(i as u32),
-        })
-        .collect();
+        });
+    }
     let ret = proto.ret.filter(|_| is_return).map(|ty| ContextVar {
         name: "return".to_string(),
         ty,
@@ -261,6 +274,7 @@ fn function_context(
         vars,
         ret,
         is_return,
+        unreadable,
         ..ProbeContext::default()
     }
 }
@@ -830,34 +844,10 @@ impl<'a> Elaborator<'a> {
                 )
                 .suggest(spec, all.iter().map(String::as_str)));
         }
-        let mechanisms = facts.mechanisms();
-        let mechanism = if mechanisms.fentry {
-            FunctionMechanism::Fentry
-        } else if mechanisms.kprobes {
-            FunctionMechanism::Kprobe
-        } else {
-            let suffix = if is_return { ".return" } else { "" };
-            return Err(Diagnostic::error(format!(
-                "kernel.function(\"{spec}\"){suffix} cannot be probed on this kernel"
-            ))
-            .at(span, "needs fentry/fexit or kprobes")
-            .note(format!(
-                "fentry/fexit: {}",
-                facts
-                    .unavailable_reason(Mechanism::Fentry)
-                    .unwrap_or_else(|| "refused by this kernel".to_string())
-            ))
-            .note(format!(
-                "kprobes: {}",
-                facts
-                    .unavailable_reason(Mechanism::Kprobes)
-                    .unwrap_or_else(|| "not available on this kernel".to_string())
-            ))
-            .note("help: use a tracepoint (`kernel.trace(\"...\")`) instead, or add `?` to skip this probe"));
-        };
+        let mechanism = self.function_mechanism(spec, is_return, span)?;
         let mut out = Vec::new();
         for proto in protos {
-            let context = function_context(&proto, is_return, facts);
+            let context = function_context(&proto, is_return, mechanism, facts);
             let resolved = format!(
                 "{}function({}){}",
                 proto
@@ -880,6 +870,52 @@ impl<'a> Elaborator<'a> {
             ));
         }
         Ok(out)
+    }
+
+    /// fentry/fexit or kprobes for a kernel.function probe, as
+    /// `--kernel-probes` asks and the kernel allows.
+    fn function_mechanism(
+        &self,
+        spec: &str,
+        is_return: bool,
+        span: Span,
+    ) -> Result<FunctionMechanism, Diagnostic> {
+        let facts = self.facts;
+        let mechanisms = facts.mechanisms();
+        let suffix = if is_return { ".return" } else { "" };
+        let point = format!("kernel.function(\"{spec}\"){suffix}");
+        let fentry_reason = || {
+            facts
+                .unavailable_reason(Mechanism::Fentry)
+                .unwrap_or_else(|| "refused by this kernel".to_string())
+        };
+        let kprobe_reason = || {
+            facts
+                .unavailable_reason(Mechanism::Kprobes)
+                .unwrap_or_else(|| "not available on this kernel".to_string())
+        };
+        let forced = |name: &str, option: &str, reason: String| {
+            Diagnostic::error(format!(
+                "{point} cannot use {name} (--kernel-probes={option}): {reason}"
+            ))
+            .at(span, format!("needs {name}"))
+            .note("help: `--kernel-probes=auto` picks what this kernel has")
+        };
+        match self.kernel_probes {
+            KernelProbes::Fentry if mechanisms.fentry => Ok(FunctionMechanism::Fentry),
+            KernelProbes::Fentry => Err(forced("fentry/fexit", "fentry", fentry_reason())),
+            KernelProbes::Kprobe if mechanisms.kprobes => Ok(FunctionMechanism::Kprobe),
+            KernelProbes::Kprobe => Err(forced("kprobes", "kprobe", kprobe_reason())),
+            KernelProbes::Auto if mechanisms.fentry => Ok(FunctionMechanism::Fentry),
+            KernelProbes::Auto if mechanisms.kprobes => Ok(FunctionMechanism::Kprobe),
+            KernelProbes::Auto => Err(Diagnostic::error(format!(
+                "{point} cannot be probed on this kernel"
+            ))
+            .at(span, "needs fentry/fexit or kprobes")
+            .note(format!("fentry/fexit: {}", fentry_reason()))
+            .note(format!("kprobes: {}", kprobe_reason()))
+            .note("help: use a tracepoint (`kernel.trace(\"...\")`) instead, or add `?` to skip this probe")),
+        }
     }
 
     fn resolve_perf(
@@ -1007,6 +1043,100 @@ fn timer_unit_ns(unit: &str, facts: &dyn crate::kernel::KernelFacts) -> Option<T
 #[cfg(test)]
 mod tests {
     use super::glob_match;
+    use crate::diag::render_plain;
+    use crate::kernel::{KernelFacts, Mechanisms};
+    use crate::parse::parse_file;
+    use crate::preprocess::PreprocessEnv;
+    use crate::sema::{ElabOptions, FunctionMechanism, KernelProbes, ProbeKind, elaborate};
+    use crate::source::SourceMap;
+    use crate::testing::FakeKernel;
+
+    /// The mechanism of the script's first probe, or the rendered errors.
+    fn mechanism(
+        script: &str,
+        facts: &FakeKernel,
+        kernel_probes: KernelProbes,
+    ) -> Result<FunctionMechanism, String> {
+        let env = PreprocessEnv {
+            kernel: facts.version(),
+            arch: "x86_64".into(),
+            config: &|_| None,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("script.stp", script);
+        let parsed = parse_file(&map, id, &env);
+        let opts = ElabOptions {
+            kernel_probes,
+            ..ElabOptions::default()
+        };
+        let (program, diags) = elaborate(&[parsed.file], &[], facts, &opts);
+        let program = program.ok_or_else(|| render_plain(&map, &diags))?;
+        match &program.probes[0].kind {
+            ProbeKind::KernelFunction { mechanism, .. } => Ok(*mechanism),
+            other => Err(format!("not a kernel.function probe: {other:?}")),
+        }
+    }
+
+    const SENDMSG: &str = r#"probe kernel.function("tcp_sendmsg") { }"#;
+
+    #[test]
+    fn kernel_probes_option_picks_the_mechanism() {
+        let both = FakeKernel::new();
+        let kprobes_only = FakeKernel::new().with_mechanisms(Mechanisms {
+            fentry: false,
+            ..both.mechanisms()
+        });
+        use FunctionMechanism::{Fentry, Kprobe};
+        assert_eq!(mechanism(SENDMSG, &both, KernelProbes::Auto), Ok(Fentry));
+        assert_eq!(mechanism(SENDMSG, &both, KernelProbes::Fentry), Ok(Fentry));
+        assert_eq!(mechanism(SENDMSG, &both, KernelProbes::Kprobe), Ok(Kprobe));
+        assert_eq!(
+            mechanism(SENDMSG, &kprobes_only, KernelProbes::Auto),
+            Ok(Kprobe)
+        );
+    }
+
+    #[test]
+    fn a_forced_mechanism_the_kernel_lacks_is_an_error() {
+        let host = FakeKernel::like_this_host();
+        let fentry = mechanism(SENDMSG, &host, KernelProbes::Fentry).unwrap_err();
+        assert!(
+            fentry.contains(
+                "kernel.function(\"tcp_sendmsg\") cannot use fentry/fexit (--kernel-probes=fentry)"
+            ),
+            "{fentry}"
+        );
+        let kprobe = mechanism(SENDMSG, &host, KernelProbes::Kprobe).unwrap_err();
+        assert!(
+            kprobe.contains(
+                "kernel.function(\"tcp_sendmsg\") cannot use kprobes (--kernel-probes=kprobe)"
+            ),
+            "{kprobe}"
+        );
+    }
+
+    /// A kretprobe's argument registers are clobbered by the return.
+    #[test]
+    fn kretprobes_refuse_arguments_and_fexit_reads_them() {
+        let facts = FakeKernel::new();
+        let script = r#"probe kernel.function("tcp_recvmsg").return { println($len + $return) }"#;
+        assert_eq!(
+            mechanism(script, &facts, KernelProbes::Fentry),
+            Ok(FunctionMechanism::Fentry)
+        );
+        let error = mechanism(script, &facts, KernelProbes::Kprobe).unwrap_err();
+        assert!(
+            error.contains("`$len` cannot be read in a kernel.function probe")
+                && error.contains("a kretprobe sees the registers at the return"),
+            "{error}"
+        );
+        let entry = r#"probe kernel.function("tcp_recvmsg").return { println($return) }"#;
+        assert_eq!(
+            mechanism(entry, &facts, KernelProbes::Kprobe),
+            Ok(FunctionMechanism::Kprobe)
+        );
+    }
 
     #[test]
     fn globs() {

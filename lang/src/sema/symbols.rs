@@ -58,6 +58,8 @@ pub(crate) struct Elaborator<'a> {
     function_names: HashMap<String, hir::FunctionId>,
     pub aliases: Vec<AliasEntry<'a>>,
     pub pending_probes: Vec<PendingProbe<'a>>,
+    /// `--kernel-probes`: how kernel.function probes attach.
+    pub kernel_probes: super::KernelProbes,
 }
 
 /// The dotted name of an alias or a plain probe point (`tcp.sendmsg`), or
@@ -112,6 +114,7 @@ impl<'a> Elaborator<'a> {
             function_names: HashMap::new(),
             aliases: Vec::new(),
             pending_probes: Vec::new(),
+            kernel_probes: super::KernelProbes::Auto,
         }
     }
 

@@ -42,6 +42,7 @@ pub const TABLE: &[&str] = &[
     "symname",
     "symdata",
     "modname",
+    "enum_name",
     "exit",
     "error",
     "warn",
@@ -226,6 +227,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "symname" => s(rt.symbols.name(long(args, 0) as u64).into_bytes()),
         "symdata" => s(rt.symbols.data(long(args, 0) as u64).into_bytes()),
         "modname" => s(rt.symbols.module(long(args, 0) as u64).into_bytes()),
+        "enum_name" => {
+            let enum_type = String::from_utf8_lossy(bytes(args, 0)).into_owned();
+            s(rt.enums.name(&enum_type, long(args, 1)).into_bytes())
+        }
         "exit" => {
             rt.exit_requested = true;
             l(0)

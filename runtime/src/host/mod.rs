@@ -3,6 +3,7 @@
 //! (`crate::jit` compiles; nothing here interprets IR).
 
 pub mod builtins;
+pub mod enums;
 pub mod error;
 pub mod globals;
 pub mod hist;
@@ -36,6 +37,7 @@ pub struct HostRuntime {
     pub globals: Globals,
     pub output: Output,
     pub symbols: Symbols,
+    pub enums: enums::EnumNames,
     /// Set by `exit()`: the session runs the end probes, then stops.
     pub exit_requested: bool,
     /// `target()`: the `-x` pid or the `-c` child's.
@@ -50,7 +52,8 @@ pub struct HostRuntime {
     pub(crate) depth: i64,
     pub(crate) consts: Rc<[Box<[u8]>]>,
     pub(crate) arena: Vec<Box<[u8]>>,
-    pub(crate) formats: Rc<[Vec<Piece>]>,
+    /// Parsed formats with their argument kinds, by `FormatId`.
+    pub(crate) formats: Rc<[(Vec<Piece>, Vec<printf::ArgKind>)]>,
     pub(crate) iters: Vec<rtlib::Iter>,
     pub(crate) max_string_len: usize,
     /// `tokenize`'s remembered input.
@@ -63,15 +66,20 @@ impl HostRuntime {
         let consts: Rc<[Box<[u8]>]> = module.strings.iter().map(|s| s.as_bytes().into()).collect();
         // Formats were checked in pass 2; one that still fails to parse
         // prints nothing rather than stopping the session.
-        let formats: Rc<[Vec<Piece>]> = module
+        let formats: Rc<[(Vec<Piece>, Vec<printf::ArgKind>)]> = module
             .formats
             .iter()
-            .map(|f| printf::parse(&f.text).unwrap_or_default())
+            .map(|f| {
+                let pieces = printf::parse(&f.text).unwrap_or_default();
+                let kinds = printf::arg_kinds(&pieces);
+                (pieces, kinds)
+            })
             .collect();
         HostRuntime {
             globals: Globals::new(module),
             output,
             symbols: Symbols::new(),
+            enums: enums::EnumNames::new(),
             exit_requested: false,
             target: 0,
             failed: 0,

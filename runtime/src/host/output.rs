@@ -1,5 +1,11 @@
-//! Where the script's output goes: stdout (flushed at each newline, as
-//! stap's is), a file given with `-o`, or a memory buffer for tests.
+//! Where the script's output goes: stdout, a file given with `-o`, or a
+//! memory buffer for tests.
+//!
+//! As in stap, whose handlers print into a buffer the runtime ships at the
+//! end of each probe, output is buffered and the session flushes it after
+//! each host probe and each batch of kernel events: one write(2) per
+//! handler rather than per line, which a million-line `foreach` needs.
+//! Past [`SPILL`] bytes, complete lines go out early to bound memory.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -10,6 +16,9 @@ enum Sink {
     File(io::BufWriter<File>),
     Buffer,
 }
+
+/// Pending bytes beyond which complete lines are written before a flush.
+const SPILL: usize = 1 << 16;
 
 pub struct Output {
     sink: Sink,
@@ -41,10 +50,11 @@ impl Output {
         }
     }
 
-    /// Appends script output. Complete lines go to the sink at once.
+    /// Appends script output; it reaches the sink at the next
+    /// [`Output::flush`], or its complete lines once [`SPILL`] bytes wait.
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.pending.extend_from_slice(bytes);
-        if !matches!(self.sink, Sink::Buffer) && bytes.contains(&b'\n') {
+        if !matches!(self.sink, Sink::Buffer) && self.pending.len() >= SPILL {
             let cut = self
                 .pending
                 .iter()
@@ -57,8 +67,8 @@ impl Output {
         Ok(())
     }
 
-    /// Writes everything still pending (a last line without a newline) and
-    /// flushes the sink. The session calls this at exit.
+    /// Writes everything pending and flushes the sink. The session calls
+    /// this after each handler, before error messages and at exit.
     pub fn flush(&mut self) -> io::Result<()> {
         if matches!(self.sink, Sink::Buffer) {
             return Ok(());

@@ -135,7 +135,7 @@ unsafe fn key_of(rt: &HostRuntime, global: i64, keys: *const i64) -> Key {
     let Some(storage) = rt.globals.storage(GlobalId(global as u32)) else {
         return Key::default();
     };
-    let types = key_types(storage).to_vec();
+    let types = key_types(storage);
     // SAFETY: the caller passes one slot per key type.
     let raw = unsafe { args(keys, types.len()) };
     types
@@ -405,40 +405,66 @@ pub unsafe extern "C" fn stap_iter_start(
             return 0;
         }
     };
-    let aggregate_of = |e: &Element, what: StatValue| match &e.value {
-        ElementValue::Stat(agg) => agg.get(what).unwrap_or(0),
-        ElementValue::Plain(v) => v.long(),
-    };
-    let order = |a: &Element, b: &Element| -> Ordering {
-        let primary = match sort_by {
-            0 => a
-                .key
-                .get(sort_arg as usize)
-                .cmp(&b.key.get(sort_arg as usize)),
-            1 => match (&a.value, &b.value) {
-                (ElementValue::Plain(x), ElementValue::Plain(y)) => x.cmp(y),
-                // A statistics array sorted by value: by its count, as stap.
-                _ => aggregate_of(a, StatValue::Count).cmp(&aggregate_of(b, StatValue::Count)),
-            },
-            _ => {
-                let what = stat_value_from_code(sort_arg / 64, sort_arg % 64);
-                aggregate_of(a, what).cmp(&aggregate_of(b, what))
-            }
-        };
-        let primary = if descending != 0 {
-            primary.reverse()
-        } else {
-            primary
-        };
-        // Ties (and unsorted loops) go by key, for a stable order.
-        primary.then_with(|| a.key.cmp(&b.key))
-    };
-    elements.sort_unstable_by(order);
+    elements = sorted(elements, sort_by, sort_arg, descending != 0);
     if limit >= 0 {
         elements.truncate(limit as usize);
     }
     rt.iters.push(Iter { elements, next: 0 });
     rt.iters.len() as i64 - 1
+}
+
+/// A foreach snapshot in loop order: by the requested key part, value or
+/// aggregate (reversed when descending), ties and unsorted loops by key.
+fn sorted(elements: Vec<Element>, sort_by: i64, sort_arg: i64, descending: bool) -> Vec<Element> {
+    let what = stat_value_from_code(sort_arg / 64, sort_arg % 64);
+    // The number an element sorts by, where it has one (a string key part
+    // or value has none, nor does an unsorted loop).
+    let number = |e: &Element| -> Option<i64> {
+        match (sort_by, &e.value) {
+            (0, _) => match e.key.get(sort_arg as usize) {
+                Some(Value::Long(n)) => Some(*n),
+                _ => None,
+            },
+            // A statistics array sorted by value: by its count, as stap.
+            (1, ElementValue::Plain(Value::Long(n))) => Some(*n),
+            (1, ElementValue::Stat(agg)) => Some(agg.count),
+            (2, ElementValue::Stat(agg)) => Some(agg.get(what).unwrap_or(0)),
+            (2, ElementValue::Plain(v)) => Some(v.long()),
+            _ => None,
+        }
+    };
+    let direct = |ordering: Ordering| {
+        if descending {
+            ordering.reverse()
+        } else {
+            ordering
+        }
+    };
+    // Numbers are computed once, not in each of the n·log n comparisons.
+    let numbers: Option<Vec<i64>> = if sort_by < 0 {
+        None
+    } else {
+        elements.iter().map(number).collect()
+    };
+    if let Some(numbers) = numbers {
+        let mut keyed: Vec<(i64, Element)> = numbers.into_iter().zip(elements).collect();
+        keyed.sort_unstable_by(|(x, a), (y, b)| direct(x.cmp(y)).then_with(|| a.key.cmp(&b.key)));
+        return keyed.into_iter().map(|(_, e)| e).collect();
+    }
+    let mut elements = elements;
+    elements.sort_unstable_by(|a, b| {
+        let primary = match (sort_by, &a.value, &b.value) {
+            (0, _, _) => direct(
+                a.key
+                    .get(sort_arg as usize)
+                    .cmp(&b.key.get(sort_arg as usize)),
+            ),
+            (1, ElementValue::Plain(x), ElementValue::Plain(y)) => direct(x.cmp(y)),
+            _ => Ordering::Equal,
+        };
+        primary.then_with(|| a.key.cmp(&b.key))
+    });
+    elements
 }
 
 /// Writes the next element's keys, then its value, to `out`; returns 0 at
@@ -453,7 +479,16 @@ pub unsafe extern "C" fn stap_iter_next(rt: *mut HostRuntime, iter: i64, out: *m
         rt.fail(RuntimeError::Internal("bad foreach iterator".into()));
         return 0;
     };
-    let Some(element) = it.elements.get(it.next).cloned() else {
+    // Each element is visited once: move it out rather than clone it.
+    let Some(element) = it.elements.get_mut(it.next).map(|e| {
+        std::mem::replace(
+            e,
+            Element {
+                key: Key::default(),
+                value: ElementValue::Plain(Value::Long(0)),
+            },
+        )
+    }) else {
         return 0;
     };
     it.next += 1;
@@ -470,11 +505,10 @@ pub unsafe extern "C" fn stap_iter_next(rt: *mut HostRuntime, iter: i64, out: *m
 /// Formats under format `id`; arguments follow its directives' kinds.
 fn format(rt: &mut HostRuntime, id: i64, raw: &[i64]) -> Option<Vec<u8>> {
     let formats = rt.formats.clone();
-    let Some(pieces) = formats.get(id as usize) else {
+    let Some((pieces, kinds)) = formats.get(id as usize) else {
         rt.fail(RuntimeError::Internal(format!("no format {id}")));
         return None;
     };
-    let kinds = printf::arg_kinds(pieces);
     let strings: Vec<Vec<u8>> = kinds
         .iter()
         .zip(raw)
@@ -532,7 +566,8 @@ pub unsafe extern "C" fn stap_sprintf(
     }
 }
 
-/// `symname` (0), `symdata` (1) or `modname` (2) of an address.
+/// `symname` (0), `symdata` (1) or `modname` (2) of an address, or
+/// `enum_name` (3 + the enum type's string constant) of a value.
 ///
 /// # Safety
 /// `rt` as in [`runtime`].
@@ -542,7 +577,15 @@ pub unsafe extern "C" fn stap_symbol(rt: *mut HostRuntime, addr: i64, how: i64) 
     let text = match how {
         0 => rt.symbols.name(addr as u64),
         1 => rt.symbols.data(addr as u64),
-        _ => rt.symbols.module(addr as u64),
+        2 => rt.symbols.module(addr as u64),
+        n => {
+            let enum_type = usize::try_from(n - 3)
+                .ok()
+                .and_then(|i| rt.consts.get(i))
+                .map(|name| String::from_utf8_lossy(name).into_owned())
+                .unwrap_or_default();
+            rt.enums.name(&enum_type, addr)
+        }
     };
     rt.new_str(text.into_bytes())
 }

@@ -676,5 +676,6 @@ fn symbol_code(how: SymbolText) -> i64 {
         SymbolText::Name => 0,
         SymbolText::Data => 1,
         SymbolText::Module => 2,
+        SymbolText::Enum(name) => 3 + i64::from(name.0),
     }
 }

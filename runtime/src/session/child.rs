@@ -17,11 +17,17 @@ pub struct TargetCommand {
 }
 
 impl TargetCommand {
-    /// Forks `sh -c CMD`, held before exec. The shell execs a simple command
-    /// in place, so `pid()` is the command's pid as in stap.
+    /// Forks `sh -c CMD`, held before exec. A simple command runs as
+    /// `exec CMD` (not every shell execs in place: dash forks), so `pid()`
+    /// is the command's pid as in stap, which execs such commands directly.
     pub fn spawn_held(command: &str) -> io::Result<TargetCommand> {
         let shell = CString::new("/bin/sh").map_err(io::Error::other)?;
         let dash_c = CString::new("-c").map_err(io::Error::other)?;
+        let command = if is_simple_command(command) {
+            format!("exec {command}")
+        } else {
+            command.to_string()
+        };
         let text = CString::new(command).map_err(|_| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -158,6 +164,26 @@ pub fn watch_pid(pid: i32) -> io::Result<OwnedFd> {
     pidfd_open(pid)
 }
 
+/// A command that `exec` can prefix without changing its meaning: words
+/// only (quotes and globs allowed), no operators, redirections,
+/// substitutions, leading assignments or shell keywords.
+fn is_simple_command(command: &str) -> bool {
+    const KEYWORDS: &[&str] = &[
+        "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
+        "!", "{", "}", "[[", "function", "select", "time", "exec",
+    ];
+    let Some(first) = command.split_whitespace().next() else {
+        return false;
+    };
+    !command.contains(|c| {
+        matches!(
+            c,
+            ';' | '&' | '|' | '<' | '>' | '(' | ')' | '$' | '`' | '\n'
+        )
+    }) && !first.contains('=')
+        && !KEYWORDS.contains(&first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,6 +196,17 @@ mod tests {
         };
         // SAFETY: one valid pollfd.
         unsafe { libc::poll(&mut pfd, 1, ms) == 1 }
+    }
+
+    #[test]
+    fn simple_commands_are_execed_in_place() {
+        assert!(is_simple_command("/bin/echo 'a b' *.c"));
+        assert!(!is_simple_command("echo ran > file"));
+        assert!(!is_simple_command("a; b"));
+        assert!(!is_simple_command("X=1 cmd"));
+        assert!(!is_simple_command("if true; then :; fi"));
+        assert!(!is_simple_command("echo $HOME"));
+        assert!(!is_simple_command("  "));
     }
 
     #[test]

@@ -111,6 +111,12 @@ impl Emitter<'_> {
                 }
                 long_result(self);
             }
+            "target" => {
+                // Written by the session before the handlers go live.
+                self.ld_map_value(R1, self.maps.control, (maps::CONTROL_TARGET * 8) as i32);
+                self.push(Insn::load(DW, R0, R1, 0));
+                long_result(self);
+            }
             "execname" => {
                 let Some(dst) = dst else { return };
                 self.str_addr(dst, R1);

@@ -164,8 +164,9 @@ impl FnLowering<'_, '_> {
         }
     }
 
-    /// printf arguments. In kernel code `symname(a)`, `symdata(a)` and
-    /// `modname(a)` travel as the address: only the host can resolve it.
+    /// printf arguments. In kernel code `symname(a)`, `symdata(a)`,
+    /// `modname(a)` and `enum_name("E", v)` travel as the address or value:
+    /// only the host can resolve them.
     fn print_args(&mut self, args: &[Expr]) -> Vec<PrintArg> {
         let mut out = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
@@ -182,7 +183,7 @@ impl FnLowering<'_, '_> {
         out
     }
 
-    fn symbol_arg<'e>(&self, arg: &'e Expr) -> Option<(SymbolText, &'e Expr)> {
+    fn symbol_arg<'e>(&mut self, arg: &'e Expr) -> Option<(SymbolText, &'e Expr)> {
         if !self.is_kernel() {
             return None;
         }
@@ -193,6 +194,19 @@ impl FnLowering<'_, '_> {
             "symname" => SymbolText::Name,
             "symdata" => SymbolText::Data,
             "modname" => SymbolText::Module,
+            // BPF cannot read BTF: the value travels and the host names it.
+            "enum_name" => {
+                return match &args[..] {
+                    [
+                        Expr {
+                            kind: ExprKind::Str(enum_type),
+                            ..
+                        },
+                        value,
+                    ] => Some((SymbolText::Enum(self.m.string(enum_type)), value)),
+                    _ => None,
+                };
+            }
             _ => return None,
         };
         match &args[..] {
@@ -333,6 +347,35 @@ mod tests {
             .iter()
             .flat_map(|b| b.insts.iter().map(|i| i.op.clone()))
             .collect()
+    }
+
+    /// In kernel printf arguments, `enum_name` travels as the value with
+    /// the enum's name as a string constant; the host names the value.
+    #[test]
+    fn enum_name_in_a_kernel_printf_is_resolved_by_the_host() {
+        let module = lower(
+            r#"probe kernel.trace("kfree_skb") {
+                 printf("%s\n", enum_name("skb_drop_reason", $reason))
+               }"#,
+        )
+        .unwrap_or_else(|d| panic!("lowering failed:\n{d}"));
+        let handler = module.functions[module.probes[0].function.0 as usize]
+            .blocks
+            .iter();
+        let how = handler
+            .flat_map(|b| b.insts.iter())
+            .find_map(|i| match &i.op {
+                Op::Printf { args, .. } => match args[..] {
+                    [ir::PrintArg::Symbol { how, .. }] => Some(how),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .expect("a printf with one symbol argument");
+        let ir::SymbolText::Enum(name) = how else {
+            panic!("not an enum argument: {how:?}");
+        };
+        assert_eq!(module.string(name), "skb_drop_reason");
     }
 
     #[test]
