@@ -297,76 +297,9 @@ fn decode_value(ty: ValType, bytes: &[u8], max_string_len: u32) -> Value {
     }
 }
 
-/// [`BpfMapOps`] over the real syscalls (`crate::sys`); fds are the
-/// session's map fds, which outlive the runtime.
-pub struct SysMaps;
-
-/// # Safety (of the borrow)
-/// The session keeps every map fd open while host code runs.
-fn borrow(fd: i32) -> std::os::fd::BorrowedFd<'static> {
-    // SAFETY: see above: the fd stays open for the session's lifetime.
-    unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
-}
-
-impl BpfMapOps for SysMaps {
-    fn lookup(&self, fd: i32, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
-        crate::sys::map_lookup(borrow(fd), key, value)
-    }
-
-    fn update(&self, fd: i32, key: &[u8], value: &[u8]) -> io::Result<()> {
-        crate::sys::map_update(borrow(fd), key, value, 0)
-    }
-
-    fn delete(&self, fd: i32, key: &[u8]) -> io::Result<bool> {
-        crate::sys::map_delete(borrow(fd), key)
-    }
-
-    fn next_key(&self, fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
-        crate::sys::map_next_key(borrow(fd), key, next)
-    }
-
-    fn possible_cpus(&self) -> usize {
-        crate::sys::possible_cpus().unwrap_or(1)
-    }
-
-    /// `BPF_MAP_LOOKUP_BATCH` in chunks of 4096 elements.
-    fn dump(&self, fd: i32, key_size: usize, value_size: usize) -> io::Result<(Vec<u8>, Vec<u8>)> {
-        const CHUNK: usize = 4096;
-        let (mut keys, mut values) = (Vec::new(), Vec::new());
-        let cursor_len = key_size.max(8);
-        let (mut cursor, mut next) = (vec![0u8; cursor_len], vec![0u8; cursor_len]);
-        let mut kbuf = vec![0u8; key_size.max(1) * CHUNK];
-        let mut vbuf = vec![0u8; value_size.max(1) * CHUNK];
-        let mut first = true;
-        loop {
-            let batch = crate::sys::map_lookup_batch(
-                borrow(fd),
-                (!first).then_some(cursor.as_slice()),
-                &mut next,
-                &mut kbuf,
-                &mut vbuf,
-            );
-            let batch = match batch {
-                Ok(b) => b,
-                // Kernels or map types without batch lookups: walk instead.
-                Err(e) if first && e.raw_os_error() == Some(libc::EINVAL) => {
-                    return walk(self, fd, key_size, value_size);
-                }
-                Err(e) => return Err(e),
-            };
-            keys.extend_from_slice(&kbuf[..batch.count * key_size]);
-            values.extend_from_slice(&vbuf[..batch.count * value_size]);
-            if batch.done {
-                return Ok((keys, values));
-            }
-            std::mem::swap(&mut cursor, &mut next);
-            first = false;
-        }
-    }
-}
-
-/// The default `next_key` + `lookup` walk.
-fn walk(
+/// The default `next_key` + `lookup` walk; also the fallback of real map
+/// access where the kernel has no batch operations.
+pub(crate) fn walk(
     ops: &(impl BpfMapOps + ?Sized),
     fd: i32,
     key_size: usize,

@@ -20,7 +20,7 @@ use stap_lang::printf::{self, Piece};
 
 pub use error::RuntimeError;
 pub use globals::{Globals, Value};
-pub use kmap::{BpfMapOps, SysMaps};
+pub use kmap::BpfMapOps;
 pub use output::Output;
 pub use symbols::Symbols;
 

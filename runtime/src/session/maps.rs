@@ -89,7 +89,7 @@ impl BpfMapOps for SysMapOps {
                             Some(libc::EINVAL | libc::EOPNOTSUPP | KERNEL_ENOTSUPP)
                         ) =>
                 {
-                    return walk(self, fd, key_size, value_size);
+                    return crate::host::kmap::walk(self, fd, key_size, value_size);
                 }
                 Err(e) => return Err(e),
             };
@@ -101,26 +101,4 @@ impl BpfMapOps for SysMapOps {
             cursor = Some(next);
         }
     }
-}
-
-/// The default walk of [`BpfMapOps::dump`]: next_key then lookup.
-fn walk(
-    ops: &SysMapOps,
-    fd: i32,
-    key_size: usize,
-    value_size: usize,
-) -> io::Result<(Vec<u8>, Vec<u8>)> {
-    let (mut keys, mut values) = (Vec::new(), Vec::new());
-    let mut key = vec![0u8; key_size];
-    let mut value = vec![0u8; value_size];
-    let mut have = ops.next_key(fd, None, &mut key)?;
-    while have {
-        if ops.lookup(fd, &key, &mut value)? {
-            keys.extend_from_slice(&key);
-            values.extend_from_slice(&value);
-        }
-        let prev = key.clone();
-        have = ops.next_key(fd, Some(&prev), &mut key)?;
-    }
-    Ok((keys, values))
 }
