@@ -329,21 +329,7 @@ impl Printer {
     }
 
     fn string(&mut self, s: &str) {
-        self.push("\"");
-        for c in s.chars() {
-            match c {
-                '"' => self.push("\\\""),
-                '\\' => self.push("\\\\"),
-                '\n' => self.push("\\n"),
-                '\t' => self.push("\\t"),
-                '\r' => self.push("\\r"),
-                c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                    let _ = write!(self.out, "\\{:03o}", c as u32);
-                }
-                c => self.out.push(c),
-            }
-        }
-        self.push("\"");
+        self.out.push_str(&quote_string(s));
     }
 
     fn exprs(&mut self, exprs: &[Expr]) {
@@ -542,4 +528,25 @@ impl Printer {
             None => {}
         }
     }
+}
+
+/// `s` as a stap string literal that parses back to the same text; every
+/// listing (`-p1`, `-p2`, the IR) quotes strings this way.
+pub fn quote_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\{:03o}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }

@@ -8,6 +8,7 @@ use super::{
     Block, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg, Sort,
     SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
 };
+use crate::ast_print::quote_string;
 use crate::sema::hir::Placement;
 use crate::source::{SourceMap, Span};
 use std::fmt::Write;
@@ -64,24 +65,6 @@ fn types(ts: &[ValType]) -> String {
     ts.iter().map(|t| ty(*t)).collect::<Vec<_>>().join(", ")
 }
 
-fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 fn global_line(g: &Global) -> String {
     let mut text = format!("{}: ", g.name);
     match &g.storage {
@@ -114,7 +97,7 @@ fn global_line(g: &Global) -> String {
             let _ = write!(text, " = {n}");
         }
         Some(Constant::String(s)) => {
-            let _ = write!(text, " = {}", quote(s));
+            let _ = write!(text, " = {}", quote_string(s));
         }
         None => {}
     }
@@ -253,14 +236,14 @@ impl Printer<'_> {
         self.module
             .strings
             .get(id.0 as usize)
-            .map_or_else(|| format!("s{}?", id.0), |s| quote(s))
+            .map_or_else(|| format!("s{}?", id.0), |s| quote_string(s))
     }
 
     fn format(&self, id: super::FormatId) -> String {
         self.module
             .formats
             .get(id.0 as usize)
-            .map_or_else(|| format!("f{}?", id.0), |f| quote(&f.text))
+            .map_or_else(|| format!("f{}?", id.0), |f| quote_string(&f.text))
     }
 
     /// `script.stp:11`: the file's base name and the line.

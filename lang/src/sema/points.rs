@@ -6,6 +6,7 @@ use super::KernelProbes;
 use super::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, ProcessTarget};
 use super::symbols::Elaborator;
 use crate::ast::{self, Literal, PointComponent};
+use crate::ast_print::quote_string;
 use crate::diag::Diagnostic;
 use crate::kernel::{
     FactsError, FunctionProto, KernelFacts, Mechanism, Tracepoint, TracepointArgs, TypeId, TypeKind,
@@ -116,17 +117,13 @@ fn has_wildcard(s: &str) -> bool {
     s.contains('*') || s.contains('?')
 }
 
-fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
 fn render(components: &[Component]) -> String {
     let parts: Vec<String> = components
         .iter()
         .map(|c| match &c.arg {
             None => c.name.clone(),
             Some(Literal::Number(n)) => format!("{}({n})", c.name),
-            Some(Literal::String(s)) => format!("{}({})", c.name, quote(s)),
+            Some(Literal::String(s)) => format!("{}({})", c.name, quote_string(s)),
         })
         .collect();
     parts.join(".")
@@ -717,7 +714,11 @@ impl<'a> Elaborator<'a> {
                 };
             }
         };
-        let point = format!("process({}).function({})", quote(path), quote(function));
+        let point = format!(
+            "process({}).function({})",
+            quote_string(path),
+            quote_string(function)
+        );
         let fallback = "use int_arg(N)/pointer_arg(N) instead";
         match self.facts.user_function(path, function) {
             Ok(Some(proto)) => user_function_context(&proto, is_return, self.facts),
@@ -760,7 +761,7 @@ impl<'a> Elaborator<'a> {
                 let context = tracepoint_context(&tp, facts);
                 let resolved = format!(
                     "kernel.trace({})",
-                    quote(&format!("{}:{}", tp.system, tp.name))
+                    quote_string(&format!("{}:{}", tp.system, tp.name))
                 );
                 let kind = ProbeKind::Tracepoint {
                     system: tp.system,
@@ -853,8 +854,11 @@ impl<'a> Elaborator<'a> {
                 proto
                     .module
                     .as_deref()
-                    .map_or("kernel.".to_string(), |m| format!("module({}).", quote(m))),
-                quote(&proto.name),
+                    .map_or("kernel.".to_string(), |m| format!(
+                        "module({}).",
+                        quote_string(m)
+                    )),
+                quote_string(&proto.name),
                 if is_return { ".return" } else { ".call" }
             );
             let kind = ProbeKind::KernelFunction {

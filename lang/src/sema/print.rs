@@ -7,6 +7,7 @@ use super::hir::{
     ExprKind, Function, Global, Local, Probe, ProbeKind, ProcessTarget, Program, Stmt, StmtKind,
 };
 use crate::ast::{BulkContext, PrettyDepth, SortDir, UnaryOp};
+use crate::ast_print::quote_string;
 use crate::kernel::TracepointArgs;
 use crate::source::SourceMap;
 use std::fmt::Write;
@@ -28,24 +29,6 @@ struct Printer<'p> {
     map: &'p SourceMap,
     out: String,
     indent: usize,
-}
-
-fn quote(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                let _ = write!(out, "\\x{:02x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 fn global_type(g: &Global) -> String {
@@ -141,7 +124,7 @@ impl Printer<'_> {
                 let _ = write!(text, " = {n}");
             }
             Some(Constant::String(s)) => {
-                let _ = write!(text, " = {}", quote(s));
+                let _ = write!(text, " = {}", quote_string(s));
             }
             None => {}
         }
@@ -409,7 +392,7 @@ impl Printer<'_> {
     fn expr(&self, e: &Expr, locals: &[Local]) -> String {
         match &e.kind {
             ExprKind::Long(n) => n.to_string(),
-            ExprKind::Str(s) => quote(s),
+            ExprKind::Str(s) => quote_string(s),
             ExprKind::Local(l) => locals
                 .get(l.0 as usize)
                 .map_or("?".to_string(), |l| l.name.clone()),
@@ -430,7 +413,11 @@ impl Printer<'_> {
                     AccessBase::Cast {
                         ptr, target_name, ..
                     } => {
-                        format!("@cast({}, {})", self.expr(ptr, locals), quote(target_name))
+                        format!(
+                            "@cast({}, {})",
+                            self.expr(ptr, locals),
+                            quote_string(target_name)
+                        )
                     }
                 };
                 let mut notes = Vec::new();
