@@ -437,3 +437,34 @@ probe process("/bin/fake").function("f").return { println($n) }
 "#;
     insta::assert_snapshot!(elaboration_errors(script));
 }
+
+/// The `-p2` listing of every script in examples/, against the fake kernel
+/// as this host looks (no kprobes, no fentry) and the real stdlib: each
+/// example must elaborate unmodified, and its listing is a snapshot.
+#[test]
+fn every_example_elaborates() {
+    let tapsets = stdlib_tapsets();
+    let refs: Vec<(&str, &str)> = tapsets
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let mut examples: Vec<_> = std::fs::read_dir("../examples")
+        .expect("examples dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "stp"))
+        .collect();
+    examples.sort();
+    assert!(examples.len() >= 2, "no examples found");
+    for path in examples {
+        let script = std::fs::read_to_string(&path).expect("example");
+        let (_, text) = elaborate_with(
+            &script,
+            &refs,
+            &FakeKernel::like_this_host(),
+            &ElabOptions::default(),
+        );
+        let name = path.file_stem().expect("file name").to_string_lossy();
+        insta::assert_snapshot!(format!("example_{name}"), text);
+    }
+}
