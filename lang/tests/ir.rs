@@ -497,6 +497,22 @@ probe end {
 }
 
 #[test]
+fn regex_in_host_code_is_a_builtin_call() {
+    let script = r#"
+function tcp(name) { return name =~ "^tcp_(v[46])" }
+probe begin {
+  if (tcp("tcp_v4_rcv") && "udp" !~ "^tcp") println(matched(1))
+}
+"#;
+    let (module, text) = lower(script);
+    let calls_regex = |f: &Function| {
+        ops(f).any(|op| matches!(op, Op::Builtin { name, .. } if name == "regex_match"))
+    };
+    assert!(module.functions.iter().all(calls_regex));
+    insta::assert_snapshot!(text);
+}
+
+#[test]
 fn uprobe_handlers_read_user_memory() {
     let script = r#"
 probe process("/bin/true").function("main") {

@@ -401,3 +401,9 @@ fn odd_inputs_do_not_panic() {
         );
     }
 }
+
+#[test]
+fn internal_regex_builtin_is_not_callable() {
+    let text = errors("probe begin { println(regex_match(\"a\", \"a\")) }");
+    assert!(text.contains("unknown function `regex_match`"), "{text}");
+}

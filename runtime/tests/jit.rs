@@ -840,3 +840,79 @@ fn kernel_shared_globals_combine_cpus() {
     let out = String::from_utf8(rt.output.take_buffer()).unwrap();
     assert_eq!(out, "3 8 -2 7\na[2]=50\na[3]=20\na[1]=5\n");
 }
+
+/// Runs the first begin probe of `script`, taken through the front end
+/// against the fake kernel.
+fn run_script(script: &str) -> (String, Result<(), RuntimeError>) {
+    use stap_lang::diag::render_plain;
+    use stap_lang::kernel::KernelVersion;
+    use stap_lang::preprocess::PreprocessEnv;
+    use stap_lang::sema::{ElabOptions, elaborate};
+    use stap_lang::source::SourceMap;
+
+    let no_config = |_: &str| None;
+    let env = PreprocessEnv {
+        kernel: KernelVersion {
+            major: 6,
+            minor: 18,
+            patch: 0,
+            release: "6.18.0-test".into(),
+        },
+        arch: "x86_64".into(),
+        config: &no_config,
+        args: &[],
+    };
+    let mut map = SourceMap::new();
+    let id = map.add("script.stp", script);
+    let parsed = stap_lang::parse::parse_file(&map, id, &env);
+    assert!(
+        parsed.diags.is_empty(),
+        "{}",
+        render_plain(&map, &parsed.diags)
+    );
+    let facts = stap_lang::testing::FakeKernel::new();
+    let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
+    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
+    let module = stap_lang::ir::lower::lower(&program)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let (out, result, _) = run(&module);
+    (out, result)
+}
+
+#[test]
+fn regex_match_and_captures() {
+    let (out, result) = run_script(
+        r#"
+function kind(name) {
+  if (name !~ "^tcp_") return "other"
+  return matched(0)
+}
+probe begin {
+  if ("tcp_v4_rcv" =~ "^tcp_(v[46])_(.*)$") println(matched(1), " ", matched(2))
+  println("udp_rcv" !~ "^tcp_", " ", "eth0" =~ "^[[:alpha:]]+[[:digit:]]$")
+  println(kind("udp_rcv"), " ", kind("tcp_v6_rcv"))
+}
+"#,
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "v4 rcv\n1 1\nother tcp_\n");
+}
+
+#[test]
+fn regex_errors_stop_the_probe() {
+    let (out, result) = run_script(
+        r#"probe begin { pat = "(tcp"; println("before"); if ("x" =~ pat) println("no") }"#,
+    );
+    assert_eq!(out, "before\n");
+    let message = result.unwrap_err().to_string();
+    assert!(
+        message.starts_with("regex compilation error: "),
+        "{message}"
+    );
+
+    let (_, result) = run_script(r#"probe begin { if ("a" =~ "b") {} println(matched(0)) }"#);
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "Attempted to get subexpression 0 from failed match"
+    );
+}

@@ -45,6 +45,8 @@ pub struct Builtin {
     pub kernel: bool,
     /// One line for completion and `--dump-functions`-style listings.
     pub doc: &'static str,
+    /// A lowering target, not callable by name from a script.
+    pub internal: bool,
 }
 
 impl Builtin {
@@ -67,10 +69,18 @@ impl Builtin {
     }
 }
 
-/// Looks a built-in up by name.
+/// Looks a built-in up by name (internal ones too: the IR names them).
 pub fn lookup(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)
 }
+
+/// Looks up a built-in a script may call by name.
+pub fn callable(name: &str) -> Option<&'static Builtin> {
+    lookup(name).filter(|b| !b.internal)
+}
+
+/// The host built-in `s =~ re` lowers to: 1 on a match, else 0.
+pub const REGEX_MATCH: &str = "regex_match";
 
 /// Every built-in, grouped as in the tapset reference.
 pub fn all() -> &'static [Builtin] {
@@ -93,6 +103,7 @@ const fn both(
         host: true,
         kernel: true,
         doc,
+        internal: false,
     }
 }
 
@@ -117,6 +128,14 @@ const fn host_only(
     Builtin {
         kernel: false,
         ..both(name, params, ret, doc)
+    }
+}
+
+/// `b` as a lowering target that scripts cannot call by name.
+const fn internal(b: Builtin) -> Builtin {
+    Builtin {
+        internal: true,
+        ..b
     }
 }
 
@@ -222,6 +241,7 @@ const BUILTINS: &[Builtin] = &[
     both("isdigit", &[S], LONG, "1 if the string starts with an ASCII digit"),
     both("abs", &[L], LONG, "Absolute value"),
     host_only("matched", &[L], STRING, "Text matched by subexpression n of the last =~ match"),
+    internal(host_only(REGEX_MATCH, &[S, S], LONG, "Internal: what `s =~ re` lowers to, 1 on a match (not callable by name)")),
     both("enum_name", &[S, L], STRING, "stap-rs: name of a value of a kernel enum, e.g. enum_name(\"skb_drop_reason\", $reason)"),
     // Control.
     both("exit", &[], VOID, "End the session after the current probe: end probes run"),
@@ -290,6 +310,13 @@ mod tests {
             assert!(b.host || b.kernel, "{} runs nowhere", b.name);
             assert!(!b.doc.is_empty(), "{} has no doc", b.name);
         }
+    }
+
+    #[test]
+    fn regex_match_is_internal() {
+        assert!(lookup(REGEX_MATCH).is_some_and(|b| b.host && !b.kernel));
+        assert!(callable(REGEX_MATCH).is_none());
+        assert!(callable("matched").is_some());
     }
 
     #[test]

@@ -692,7 +692,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 span,
             );
         }
-        if let Some(builtin) = builtins::lookup(&name.node) {
+        if let Some(builtin) = builtins::callable(&name.node) {
             let n = lowered.len();
             if n < builtin.min_args() || builtin.max_args().is_some_and(|max| n > max) {
                 let expected = match builtin.max_args() {
@@ -723,7 +723,12 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             );
         }
         let mut candidates = self.elab.function_names();
-        candidates.extend(builtins::all().iter().map(|b| b.name.to_string()));
+        candidates.extend(
+            builtins::all()
+                .iter()
+                .filter(|b| !b.internal)
+                .map(|b| b.name.to_string()),
+        );
         self.error(
             Diagnostic::error(format!("unknown function `{}`", name.node))
                 .at(

@@ -58,6 +58,8 @@ pub const TABLE: &[&str] = &[
     "abort",
     "pp",
     "cmdline_str",
+    "regex_match",
+    "matched",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -272,6 +274,8 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             }
             s(out)
         }
+        "regex_match" => l(rt.regexes.is_match(bytes(args, 0), bytes(args, 1))? as i64),
+        "matched" => s(rt.regexes.group(long(args, 0))?),
         other => Err(RuntimeError::Unsupported(format!("{other}() on the host"))),
     }
 }

@@ -9,6 +9,7 @@ pub mod globals;
 pub mod hist;
 pub mod kmap;
 pub mod output;
+pub mod regexp;
 pub mod rtlib;
 pub mod stats;
 pub mod symbols;
@@ -58,6 +59,8 @@ pub struct HostRuntime {
     pub(crate) max_string_len: usize,
     /// `tokenize`'s remembered input.
     pub(crate) tokenize_rest: Vec<u8>,
+    /// `=~`'s compiled patterns and the captures `matched()` reads.
+    pub(crate) regexes: regexp::Regexes,
     pub(crate) limits_max_action: u64,
 }
 
@@ -93,6 +96,7 @@ impl HostRuntime {
             iters: Vec::new(),
             max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
             tokenize_rest: Vec::new(),
+            regexes: regexp::Regexes::default(),
             limits_max_action: module.limits.max_action,
         }
     }

@@ -9,8 +9,9 @@ use crate::diag::Diagnostic;
 use crate::ir::{
     BinOp, CmpOp, Failure, HistKind, LinearHist, Op, Reg, StatValue, Term, UnOp, ValType,
 };
+use crate::sema::builtins::REGEX_MATCH;
 use crate::sema::hir::{AccessBase, ContextSource, Expr, ExprKind, FunctionMechanism, GlobalId};
-use crate::sema::hir::{ProbeKind, Type};
+use crate::sema::hir::{Placement, ProbeKind, Type};
 use crate::source::Span;
 
 /// Where an assignment stores.
@@ -200,11 +201,11 @@ impl FnLowering<'_, '_> {
                 );
                 Some(dst)
             }
-            ExprKind::Regex { .. } => {
-                self.m
-                    .unsupported("regular expression matching (`=~`, `!~`)", span);
-                None
-            }
+            ExprKind::Regex {
+                negated,
+                subject,
+                pattern,
+            } => self.regex(*negated, subject, pattern, span),
             ExprKind::Invalid => {
                 self.m.report(
                     Diagnostic::error("internal: an invalid expression reached the IR lowering")
@@ -213,6 +214,42 @@ impl FnLowering<'_, '_> {
                 None
             }
         }
+    }
+
+    /// `s =~ re` becomes the host built-in `regex_match` (which also keeps
+    /// the captures for `matched()`); `!~` negates it. BPF has no regex
+    /// engine, so kernel code refuses it.
+    fn regex(&mut self, negated: bool, subject: &Expr, pattern: &Expr, span: Span) -> Option<Reg> {
+        if self.side == Placement::Kernel {
+            self.m
+                .unsupported("=~ in kernel probes (match in a host probe)", span);
+            return None;
+        }
+        let text = self.value(subject);
+        let text = self.stable(text, std::slice::from_ref(pattern), subject.span);
+        let args = vec![text, self.value(pattern)];
+        let matched = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::Builtin {
+                dst: Some(matched),
+                name: REGEX_MATCH.to_string(),
+                args,
+            },
+            span,
+        );
+        if !negated {
+            return Some(matched);
+        }
+        let dst = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::Unary {
+                dst,
+                op: UnOp::Not,
+                src: matched,
+            },
+            span,
+        );
+        Some(dst)
     }
 
     fn binary(&mut self, op: BinaryOp, lhs: &Expr, rhs: &Expr, span: Span) -> Reg {
