@@ -6,7 +6,7 @@ use stap_lang::diag::render_plain;
 use stap_lang::ir::{
     self, Failure, Function, Module, Op, PrintArg, SortBy, Storage, SymbolText, Term,
 };
-use stap_lang::kernel::{KernelFacts, KernelVersion};
+use stap_lang::kernel::{KernelFacts, KernelVersion, Mechanisms};
 use stap_lang::parse::parse_file;
 use stap_lang::preprocess::PreprocessEnv;
 use stap_lang::sema::{ElabOptions, Placement, elaborate};
@@ -349,6 +349,30 @@ probe kernel.function("tcp_sendmsg").return {
 }
 "#;
     insta::assert_snapshot!(listing(script));
+}
+
+/// A kretprobe sees the registers at the return: an entry kprobe saves
+/// each `@entry` value by thread id, and the return handler loads it first.
+#[test]
+fn kretprobe_entry_values_saved_by_an_entry_probe() {
+    let script = r#"
+probe kernel.function("tcp_sendmsg").return {
+  printf("%d -> %d %s\n", @entry($size), $return, @entry(execname()))
+  if (@entry($sk->__sk_common->skc_family) == 2) exit()
+}
+"#;
+    let no_fentry = FakeKernel::new().with_mechanisms(Mechanisms {
+        tracepoints: true,
+        raw_tracepoints: true,
+        tp_btf: true,
+        fentry: false,
+        kprobes: true,
+        uprobes: true,
+        perf_events: true,
+    });
+    let (module, text) = lower_with(script, &no_fentry).unwrap_or_else(|d| panic!("{d}"));
+    assert_eq!(module.probes.len(), 2, "{text}");
+    insta::assert_snapshot!(text);
 }
 
 #[test]

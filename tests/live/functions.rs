@@ -163,32 +163,26 @@ fn tcp_recvmsg_return_and_entry_len_with_fexit() {
     assert_eq!(done.stdout, "return=9 len=77\n", "stderr:\n{}", done.stderr);
 }
 
-/// A kretprobe sees the registers at return, so `$len` is gone and
-/// `@entry($len)` would need an entry probe to save it: not implemented,
-/// and the error must say so.
+/// A kretprobe sees the registers at return, where `$len` is gone: an
+/// entry kprobe saves `@entry($len)` per thread for the return handler.
+/// Outside `@entry`, reading `$len` is refused with the reason.
 #[test]
 fn tcp_recvmsg_return_with_kretprobe() {
     let _one = serial();
     if skip_without("kprobe") {
         return;
     }
-    let (done, _) = run_with_traffic(
-        "kprobe",
-        r#"probe kernel.function("tcp_recvmsg").return {
-               if ($return == 9) { printf("return=%d\n", $return); exit() }
-           }"#,
-    );
-    assert_eq!(done.stdout, "return=9\n", "stderr:\n{}", done.stderr);
+    let (done, _) = run_with_traffic("kprobe", RECVMSG);
+    assert_eq!(done.stdout, "return=9 len=77\n", "stderr:\n{}", done.stderr);
 
-    let refused = Session::start(&["--kernel-probes", "kprobe", "-e", RECVMSG, "0"]).finish();
+    let script = r#"probe kernel.function("tcp_recvmsg").return { println($len) }"#;
+    let refused = Session::start(&["--kernel-probes", "kprobe", "-e", script, "0"]).finish();
     assert!(!refused.status.success(), "stdout:\n{}", refused.stdout);
     assert!(
         refused
             .stderr
             .contains("error: `$len` cannot be read in a kernel.function probe")
-            && refused
-                .stderr
-                .contains("a kretprobe sees the registers at the return"),
+            && refused.stderr.contains("@entry($len)"),
         "the refusal should say why:\n{}",
         refused.stderr
     );

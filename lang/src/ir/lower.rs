@@ -4,7 +4,9 @@
 //! one function per side it runs on (`name@kernel`, `name@host`), so each
 //! backend only ever sees code for its own side. Statistics globals learn
 //! what they must keep per entry (`StatNeeds`) from every extractor used
-//! anywhere in the program.
+//! anywhere in the program. A kretprobe handler using `@entry` also gets
+//! an entry kprobe handler (after the function copies) that saves the
+//! values in hidden tid-keyed globals (after the program's).
 //!
 //! The work is split by concern:
 //! - `builder`: registers, blocks, terminators, and the final clean-up
@@ -42,10 +44,7 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
     for (_, function, side) in user_functions(program) {
         functions.push(lower_function(&mut state, function, side));
     }
-    if !state.diags.is_empty() {
-        return Err(state.diags);
-    }
-    let probes = program
+    let mut probes: Vec<ProbeHandler> = program
         .probes
         .iter()
         .enumerate()
@@ -57,12 +56,35 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
             span: probe.span,
         })
         .collect();
-    let globals = program
+    // The entry probes that save `@entry` values for kretprobes, last so
+    // the handlers and function copies keep their ids.
+    for (index, saves) in std::mem::take(&mut state.entry_saves) {
+        let probe = &program.probes[index];
+        let function = FuncId(functions.len() as u32);
+        functions.push(lower_entry_probe(&mut state, index, probe, &saves));
+        let mut kind = probe.kind.clone();
+        if let hir::ProbeKind::KernelFunction { is_return, .. } = &mut kind {
+            *is_return = false;
+        }
+        let point = probe.resolved.strip_suffix(".return");
+        probes.push(ProbeHandler {
+            point: point.unwrap_or(&probe.resolved).to_string(),
+            kind,
+            placement: probe.placement,
+            function,
+            span: probe.span,
+        });
+    }
+    if !state.diags.is_empty() {
+        return Err(state.diags);
+    }
+    let mut globals: Vec<Global> = program
         .globals
         .iter()
         .zip(&state.needs)
         .map(|(g, needs)| lower_global(g, *needs, &program.limits))
         .collect();
+    globals.append(&mut state.hidden);
     Ok(Module {
         globals,
         functions,
@@ -117,6 +139,19 @@ fn lower_probe<'p>(state: &mut ModuleState<'p>, index: usize, probe: &'p hir::Pr
     f.in_probe = true;
     f.probe_kind = Some(&probe.kind);
     f.init_locals(probe.span);
+    let kretprobe = matches!(
+        probe.kind,
+        hir::ProbeKind::KernelFunction {
+            is_return: true,
+            mechanism: hir::FunctionMechanism::Kprobe,
+            ..
+        }
+    );
+    // Where the saved `@entry` values get loaded, once they are known.
+    let start = f.body.mark();
+    if kretprobe {
+        f.saved = Some(Vec::new());
+    }
     if let Some(cond) = &probe.condition {
         let holds = f.value(cond);
         let body = f.body.new_block();
@@ -127,6 +162,73 @@ fn lower_probe<'p>(state: &mut ModuleState<'p>, index: usize, probe: &'p hir::Pr
         f.body.switch_to(body);
     }
     f.block(&probe.body);
+    if let Some(saved) = f.saved.take().filter(|s| !s.is_empty()) {
+        load_saved_entries(&mut f, start, probe.span, &saved);
+        let saves = saved.into_iter().map(|(g, e, _)| (g, e)).collect();
+        f.m.entry_saves.push((index, saves));
+    }
+    f.finish(name, probe.span, closing_brace(probe.body.span))
+}
+
+/// Loads (and deletes, so the map only holds calls still in progress)
+/// each `@entry` value the entry probe saved for this thread.
+fn load_saved_entries(
+    f: &mut FnLowering<'_, '_>,
+    at: (super::BlockId, usize),
+    span: Span,
+    saved: &[(GlobalId, hir::Expr, super::Reg)],
+) {
+    let tid = f.body.reg(ValType::Long);
+    let mut ops = vec![(thread_id(tid), span)];
+    for (global, expr, reg) in saved {
+        let keys = vec![tid];
+        let get = super::Op::MapGet {
+            dst: *reg,
+            global: *global,
+            keys: keys.clone(),
+        };
+        let delete = super::Op::MapDelete {
+            global: *global,
+            keys,
+        };
+        ops.extend([(get, expr.span), (delete, expr.span)]);
+    }
+    f.body.insert_at(at, ops);
+}
+
+fn thread_id(dst: super::Reg) -> super::Op {
+    super::Op::Builtin {
+        dst: Some(dst),
+        name: "tid".to_string(),
+        args: Vec::new(),
+    }
+}
+
+/// The kprobe on a kretprobe's function that saves its `@entry` values,
+/// keyed by thread id.
+fn lower_entry_probe<'p>(
+    state: &mut ModuleState<'p>,
+    index: usize,
+    probe: &'p hir::Probe,
+    saves: &[(GlobalId, hir::Expr)],
+) -> Function {
+    let name = format!("probe{index} @entry");
+    let mut f = FnLowering::new(state, probe.placement, &probe.locals, 0, None);
+    f.in_probe = true;
+    f.probe_kind = Some(&probe.kind);
+    f.at_entry = true;
+    f.init_locals(probe.span);
+    let tid = f.body.reg(ValType::Long);
+    f.body.emit(thread_id(tid), probe.span);
+    for (global, expr) in saves {
+        let src = f.value(expr);
+        let set = super::Op::MapSet {
+            global: *global,
+            keys: vec![tid],
+            src,
+        };
+        f.body.emit(set, expr.span);
+    }
     f.finish(name, probe.span, closing_brace(probe.body.span))
 }
 
@@ -189,6 +291,11 @@ pub(super) struct ModuleState<'p> {
     /// The IR function of each (user function, side).
     copies: HashMap<(FunctionId, bool), FuncId>,
     diags: Vec<Diagnostic>,
+    /// Globals after the program's: one map per saved `@entry` value.
+    hidden: Vec<Global>,
+    /// Per kretprobe handler using `@entry`: its probe index and the
+    /// values its entry probe saves.
+    entry_saves: Vec<(usize, Vec<(GlobalId, hir::Expr)>)>,
 }
 
 impl<'p> ModuleState<'p> {
@@ -212,7 +319,29 @@ impl<'p> ModuleState<'p> {
             linear_site: vec![None; program.globals.len()],
             copies,
             diags: Vec::new(),
+            hidden: Vec::new(),
+            entry_saves: Vec::new(),
         }
+    }
+
+    /// A new hidden map, tid -> value, for one `@entry` value. LRU, so
+    /// calls that never return (a thread killed inside) age out.
+    pub fn entry_global(&mut self, ty: Type, span: Span) -> GlobalId {
+        let id = GlobalId((self.program.globals.len() + self.hidden.len()) as u32);
+        self.hidden.push(Global {
+            name: format!("@entry{}", self.hidden.len()),
+            storage: Storage::Array {
+                keys: vec![ValType::Long],
+                value: val_type(ty),
+                max_entries: self.program.limits.max_map_entries,
+                wrap: true,
+            },
+            init: None,
+            kernel: true,
+            host: false,
+            span,
+        });
+        id
     }
 
     /// The copy of a user function that code on `side` calls.
@@ -319,6 +448,11 @@ pub(super) struct FnLowering<'s, 'p> {
     pub probe_kind: Option<&'p hir::ProbeKind>,
     /// Memory reads go to user memory (uprobe handlers).
     pub user_memory: bool,
+    /// A kretprobe's return handler: each `@entry` value its entry probe
+    /// saves (map, expression, the register it is loaded into).
+    pub saved: Option<Vec<(GlobalId, hir::Expr, super::Reg)>>,
+    /// The entry probe that saves `@entry` values: `@entry(e)` is `e`.
+    pub at_entry: bool,
     pub loops: Vec<LoopTargets>,
     pub iters: u32,
 }
@@ -344,6 +478,8 @@ impl<'s, 'p> FnLowering<'s, 'p> {
             in_probe: false,
             probe_kind: None,
             user_memory: false,
+            saved: None,
+            at_entry: false,
             loops: Vec::new(),
             iters: 0,
         }

@@ -59,6 +59,22 @@ fn typed(kind: ExprKind, ty: Type, span: Span) -> Expr {
 }
 
 impl BodyLowerer<'_, '_> {
+    /// The operand of `@entry(...)`: it is evaluated at the function's
+    /// entry, so a kretprobe's parameters become readable inside it.
+    pub(crate) fn entry_expr(&mut self, inner: &ast::Expr) -> Expr {
+        let Some(ctx) = self.ctx.as_mut().filter(|c| !c.entry_vars.is_empty()) else {
+            return self.expr(inner);
+        };
+        let saved = ctx.clone();
+        let entry_vars = std::mem::take(&mut ctx.entry_vars);
+        ctx.unreadable
+            .retain(|(name, _)| !entry_vars.iter().any(|v| &v.name == name));
+        ctx.vars.extend(entry_vars);
+        let lowered = self.expr(inner);
+        self.ctx = Some(saved);
+        lowered
+    }
+
     /// `$x`, `$x->f`, `@cast(...)->f`, `&...`, `$$vars`, `@var("x")`.
     pub(crate) fn context_expr(&mut self, e: &ast::Expr) -> Expr {
         let (inner, address_of) = match &e.kind {

@@ -589,7 +589,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     );
                     return invalid(span);
                 }
-                ExprKind::Entry(self.boxed_expr(inner))
+                ExprKind::Entry(Box::new(self.entry_expr(inner)))
             }
             A::Defined(inner) => ExprKind::Long(i64::from(self.is_defined(inner))),
             A::ChooseDefined(a, b) => {

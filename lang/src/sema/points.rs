@@ -39,6 +39,9 @@ pub(crate) struct ProbeContext {
     /// Parameters (or `return`) the function has but a uprobe cannot read
     /// from registers, with the reason.
     pub unreadable: Vec<(String, String)>,
+    /// Kretprobes: the parameters, readable only inside `@entry(...)`
+    /// (an entry probe saves the value; they are also in `unreadable`).
+    pub entry_vars: Vec<ContextVar>,
 }
 
 /// One concrete point a probe body gets attached to.
@@ -243,22 +246,27 @@ fn function_context(
     let kretprobe = is_return && mechanism == FunctionMechanism::Kprobe;
     let mut unreadable = Vec::new();
     let mut vars = Vec::new();
+    let mut entry_vars = Vec::new();
     for (i, p) in proto.params.iter().enumerate() {
-        if kretprobe {
-            unreadable.push((
-                p.name.clone(),
-                "a kretprobe sees the registers at the return, where the arguments are gone, \
-                 and @entry() of them needs fexit: use --kernel-probes=fentry or auto"
-                    .to_string(),
-            ));
-            continue;
-        }
-        vars.push(ContextVar {
+        let var = ContextVar {
             name: p.name.clone(),
             ty: p.ty,
             type_name: facts.type_name(p.ty),
             source: ContextSource::FunctionParam(i as u32),
-        });
+        };
+        if kretprobe {
+            unreadable.push((
+                p.name.clone(),
+                format!(
+                    "a kretprobe sees the registers at the return, where the arguments are gone: \
+                     read the value at the entry with @entry(${})",
+                    p.name
+                ),
+            ));
+            entry_vars.push(var);
+            continue;
+        }
+        vars.push(var);
     }
     let ret = proto.ret.filter(|_| is_return).map(|ty| ContextVar {
         name: "return".to_string(),
@@ -272,6 +280,7 @@ fn function_context(
         ret,
         is_return,
         unreadable,
+        entry_vars,
         ..ProbeContext::default()
     }
 }

@@ -47,6 +47,23 @@ impl Body {
             .push(Inst { op, span });
     }
 
+    /// Where the code emitted so far ends, for `insert_at`.
+    pub fn mark(&self) -> (BlockId, usize) {
+        (
+            self.current,
+            self.blocks[self.current.0 as usize].insts.len(),
+        )
+    }
+
+    /// Inserts code at a `mark`: code that must run there but is only
+    /// known once later code has been lowered.
+    pub fn insert_at(&mut self, (block, at): (BlockId, usize), ops: Vec<(Op, Span)>) {
+        let insts = &mut self.blocks[block.0 as usize].insts;
+        let tail = insts.split_off(at);
+        insts.extend(ops.into_iter().map(|(op, span)| Inst { op, span }));
+        insts.extend(tail);
+    }
+
     pub fn new_block(&mut self) -> BlockId {
         self.blocks.push(OpenBlock {
             insts: Vec::new(),

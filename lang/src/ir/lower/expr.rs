@@ -142,8 +142,10 @@ impl FnLowering<'_, '_> {
             ExprKind::Builtin { name, args } => self.builtin(name, args, span),
             ExprKind::Stat { op, operand, args } => self.stat_value(*op, operand, args, span),
             ExprKind::Entry(inner) => {
-                if self.entry_is_trivial(inner) {
+                if self.at_entry || self.entry_is_trivial(inner) {
                     Some(self.value(inner))
+                } else if self.saved.is_some() {
+                    Some(self.saved_entry(inner, span))
                 } else {
                     self.m
                         .unsupported("@entry (coming with kernel.function support)", span);
@@ -657,6 +659,24 @@ impl FnLowering<'_, '_> {
                 None
             }
         }
+    }
+
+    /// `@entry(e)` in a kretprobe's return handler: the entry probe saves
+    /// `e` in a map keyed by thread id, and the handler's start loads it
+    /// (0 or "" when the function was entered before the probes attached).
+    fn saved_entry(&mut self, inner: &Expr, span: Span) -> Reg {
+        let reg = self.body.reg(val_type(inner.ty));
+        if assigns(inner) {
+            self.m
+                .unsupported("@entry of an expression that assigns", span);
+            self.zero_into(reg, span);
+            return reg;
+        }
+        let global = self.m.entry_global(inner.ty, span);
+        if let Some(saved) = self.saved.as_mut() {
+            saved.push((global, inner.clone(), reg));
+        }
+        reg
     }
 
     /// `@entry(e)` needs no entry probe when `e` is a constant, or an
