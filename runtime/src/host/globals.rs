@@ -37,8 +37,86 @@ impl Value {
     }
 }
 
-/// An element key: one value per declared key type.
-pub type Key = Box<[Value]>;
+/// An element key: one value per declared key type. The common one-part
+/// key is held inline, so a long-keyed element costs no allocation; it
+/// compares, hashes and orders as the slice of its parts.
+#[derive(Debug, Clone)]
+pub enum Key {
+    One(Value),
+    Many(Box<[Value]>),
+}
+
+impl Key {
+    pub fn as_slice(&self) -> &[Value] {
+        match self {
+            Key::One(v) => std::slice::from_ref(v),
+            Key::Many(vs) => vs,
+        }
+    }
+}
+
+impl Default for Key {
+    fn default() -> Key {
+        Key::Many(Box::default())
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [Value];
+    fn deref(&self) -> &[Value] {
+        self.as_slice()
+    }
+}
+
+impl std::borrow::Borrow<[Value]> for Key {
+    fn borrow(&self) -> &[Value] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    // As the slice's hash, which `Borrow<[Value]>` lookups rely on.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state)
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Key) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Key) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl FromIterator<Value> for Key {
+    fn from_iter<I: IntoIterator<Item = Value>>(iter: I) -> Key {
+        let mut iter = iter.into_iter();
+        let Some(first) = iter.next() else {
+            return Key::default();
+        };
+        match iter.next() {
+            None => Key::One(first),
+            Some(second) => {
+                let mut parts = vec![first, second];
+                parts.extend(iter);
+                Key::Many(parts.into_boxed_slice())
+            }
+        }
+    }
+}
 
 /// One element of a foreach snapshot.
 #[derive(Debug, Clone)]
@@ -73,6 +151,18 @@ struct Slot {
 pub struct Globals {
     slots: Vec<Slot>,
     max_string_len: usize,
+    /// Bumped by every mutation: a foreach snapshot taken at the current
+    /// generation still matches the host tables.
+    generation: u64,
+    /// The element a foreach just visited, until the next mutation:
+    /// `a[k]` in the loop body then needs no table lookup.
+    hint: Option<Hint>,
+}
+
+struct Hint {
+    global: GlobalId,
+    key: Key,
+    value: Value,
 }
 
 impl Globals {
@@ -113,6 +203,8 @@ impl Globals {
         Globals {
             slots,
             max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
+            generation: 0,
+            hint: None,
         }
     }
 
@@ -158,7 +250,10 @@ impl Globals {
             .ok_or_else(|| RuntimeError::Internal(format!("no global {}", id.0)))
     }
 
+    /// Every mutation goes through here, which outdates snapshots.
     fn slot_mut(&mut self, id: GlobalId) -> Result<&mut Slot, RuntimeError> {
+        self.generation += 1;
+        self.hint = None;
         self.slots
             .get_mut(id.0 as usize)
             .ok_or_else(|| RuntimeError::Internal(format!("no global {}", id.0)))
@@ -184,6 +279,12 @@ impl Globals {
     }
 
     pub fn map_get(&self, id: GlobalId, key: &[Value]) -> Result<Option<Value>, RuntimeError> {
+        if let Some(hint) = &self.hint
+            && hint.global == id
+            && hint.key.as_slice() == key
+        {
+            return Ok(Some(hint.value.clone()));
+        }
         match &self.slot(id)?.store {
             Store::Array(table) => Ok(table.get(key).cloned()),
             Store::Kernel(map) => map.get(key),
@@ -318,6 +419,26 @@ impl Globals {
         what: StatValue,
     ) -> Result<i64, RuntimeError> {
         self.stat(id, key)?.get(what)
+    }
+
+    /// The generation a snapshot taken now belongs to.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Remembers the element a foreach over `id` visits, if its snapshot
+    /// (taken at `generation`) is still current and `id` is a host table
+    /// (a BPF map can change under us).
+    pub fn set_hint(&mut self, generation: u64, id: GlobalId, key: Key, value: Value) {
+        let host = matches!(
+            self.slots.get(id.0 as usize).map(|s| &s.store),
+            Some(Store::Array(_))
+        );
+        self.hint = (host && generation == self.generation).then_some(Hint {
+            global: id,
+            key,
+            value,
+        });
     }
 
     /// Every element, for a foreach snapshot (unsorted).

@@ -56,6 +56,8 @@ pub struct HostRuntime {
     /// Parsed formats with their argument kinds, by `FormatId`.
     pub(crate) formats: Rc<[(Vec<Piece>, Vec<printf::ArgKind>)]>,
     pub(crate) iters: Vec<rtlib::Iter>,
+    /// `printf`'s reused formatting buffer.
+    pub(crate) printf_buf: Vec<u8>,
     pub(crate) max_string_len: usize,
     /// `tokenize`'s remembered input.
     pub(crate) tokenize_rest: Vec<u8>,
@@ -94,6 +96,7 @@ impl HostRuntime {
             arena: Vec::new(),
             formats,
             iters: Vec::new(),
+            printf_buf: Vec::new(),
             max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
             tokenize_rest: Vec::new(),
             regexes: regexp::Regexes::default(),

@@ -7,16 +7,29 @@
 use std::cmp::Ordering;
 
 use stap_lang::ir::{HistKind, SortBy, StatValue, ValType};
-use stap_lang::printf::{self, ArgKind};
+use stap_lang::printf::{self, ArgKind, Conversion, Piece};
 use stap_lang::sema::hir::GlobalId;
 
 use super::globals::{Element, ElementValue, Key, Value, key_types, value_type};
 use super::{HostRuntime, MAX_NESTING, RuntimeError, StrHandle, builtins, hist};
 
-/// A foreach snapshot and its position.
+/// A foreach snapshot, in loop order, and its position.
 pub struct Iter {
     elements: Vec<Element>,
     next: usize,
+    global: GlobalId,
+    /// `Globals::generation` when the snapshot was taken.
+    generation: u64,
+}
+
+fn take_element(e: &mut Element) -> Element {
+    std::mem::replace(
+        e,
+        Element {
+            key: Key::default(),
+            value: ElementValue::Plain(Value::Long(0)),
+        },
+    )
 }
 
 /// Every entry point, by the name JIT code imports it under.
@@ -398,6 +411,7 @@ pub unsafe extern "C" fn stap_iter_start(
     // SAFETY: JIT code passes its runtime pointer.
     let rt = unsafe { runtime(rt) };
     let id = GlobalId(global as u32);
+    let generation = rt.globals.generation();
     let mut elements = match rt.globals.elements(id) {
         Ok(e) => e,
         Err(e) => {
@@ -405,17 +419,29 @@ pub unsafe extern "C" fn stap_iter_start(
             return 0;
         }
     };
-    elements = sorted(elements, sort_by, sort_arg, descending != 0);
+    let mut order = sorted(&elements, sort_by, sort_arg, descending != 0);
     if limit >= 0 {
-        elements.truncate(limit as usize);
+        order.truncate(limit as usize);
     }
-    rt.iters.push(Iter { elements, next: 0 });
+    // Sorting indices moves 16 bytes per swap rather than whole elements;
+    // the elements then move into loop order in one pass.
+    let elements = order
+        .iter()
+        .map(|&i| take_element(&mut elements[i]))
+        .collect();
+    rt.iters.push(Iter {
+        elements,
+        next: 0,
+        global: id,
+        generation,
+    });
     rt.iters.len() as i64 - 1
 }
 
-/// A foreach snapshot in loop order: by the requested key part, value or
-/// aggregate (reversed when descending), ties and unsorted loops by key.
-fn sorted(elements: Vec<Element>, sort_by: i64, sort_arg: i64, descending: bool) -> Vec<Element> {
+/// The loop order of a foreach snapshot, as indices into `elements`: by
+/// the requested key part, value or aggregate (reversed when descending),
+/// ties and unsorted loops by key.
+fn sorted(elements: &[Element], sort_by: i64, sort_arg: i64, descending: bool) -> Vec<usize> {
     let what = stat_value_from_code(sort_arg / 64, sort_arg % 64);
     // The number an element sorts by, where it has one (a string key part
     // or value has none, nor does an unsorted loop).
@@ -440,19 +466,40 @@ fn sorted(elements: Vec<Element>, sort_by: i64, sort_arg: i64, descending: bool)
             ordering
         }
     };
-    // Numbers are computed once, not in each of the n·log n comparisons.
-    let numbers: Option<Vec<i64>> = if sort_by < 0 {
-        None
-    } else {
-        elements.iter().map(number).collect()
+    // An unsorted loop goes by key; one long key part orders as its number.
+    let key_number = |e: &Element| match e.key.as_slice() {
+        [Value::Long(n)] => Some(*n),
+        _ => None,
     };
-    if let Some(numbers) = numbers {
-        let mut keyed: Vec<(i64, Element)> = numbers.into_iter().zip(elements).collect();
-        keyed.sort_unstable_by(|(x, a), (y, b)| direct(x.cmp(y)).then_with(|| a.key.cmp(&b.key)));
-        return keyed.into_iter().map(|(_, e)| e).collect();
+    // Numbers are computed once, not in each of the n·log n comparisons.
+    let numbers: Option<Vec<(i64, usize)>> = elements
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let n = if sort_by < 0 {
+                key_number(e)
+            } else {
+                number(e)
+            };
+            n.map(|n| (n, i))
+        })
+        .collect();
+    let direct_number = |x: i64, y: i64| {
+        if sort_by < 0 {
+            x.cmp(&y)
+        } else {
+            direct(x.cmp(&y))
+        }
+    };
+    if let Some(mut keyed) = numbers {
+        keyed.sort_unstable_by(|&(x, i), &(y, j)| {
+            direct_number(x, y).then_with(|| elements[i].key.cmp(&elements[j].key))
+        });
+        return keyed.into_iter().map(|(_, i)| i).collect();
     }
-    let mut elements = elements;
-    elements.sort_unstable_by(|a, b| {
+    let mut order: Vec<usize> = (0..elements.len()).collect();
+    order.sort_unstable_by(|&i, &j| {
+        let (a, b) = (&elements[i], &elements[j]);
         let primary = match (sort_by, &a.value, &b.value) {
             (0, _, _) => direct(
                 a.key
@@ -464,7 +511,7 @@ fn sorted(elements: Vec<Element>, sort_by: i64, sort_arg: i64, descending: bool)
         };
         primary.then_with(|| a.key.cmp(&b.key))
     });
-    elements
+    order
 }
 
 /// Writes the next element's keys, then its value, to `out`; returns 0 at
@@ -480,58 +527,100 @@ pub unsafe extern "C" fn stap_iter_next(rt: *mut HostRuntime, iter: i64, out: *m
         return 0;
     };
     // Each element is visited once: move it out rather than clone it.
-    let Some(element) = it.elements.get_mut(it.next).map(|e| {
-        std::mem::replace(
-            e,
-            Element {
-                key: Key::default(),
-                value: ElementValue::Plain(Value::Long(0)),
-            },
-        )
-    }) else {
+    let Some(element) = it.elements.get_mut(it.next).map(take_element) else {
         return 0;
     };
     it.next += 1;
-    let mut raw: Vec<i64> = element.key.iter().map(|k| from_value(rt, k)).collect();
-    raw.push(match &element.value {
+    let (global, generation) = (it.global, it.generation);
+    for (i, k) in element.key.iter().enumerate() {
+        let raw = from_value(rt, k);
+        // SAFETY: the JIT sized `out` for the keys and the value.
+        unsafe { out.add(i).write(raw) };
+    }
+    let raw = match &element.value {
         ElementValue::Plain(v) => from_value(rt, v),
         ElementValue::Stat(agg) => agg.count,
-    });
-    // SAFETY: the JIT sized `out` for the keys and the value.
-    unsafe { std::ptr::copy_nonoverlapping(raw.as_ptr(), out, raw.len()) };
+    };
+    // SAFETY: as above.
+    unsafe { out.add(element.key.len()).write(raw) };
+    if let ElementValue::Plain(value) = element.value {
+        rt.globals.set_hint(generation, global, element.key, value);
+    }
     1
 }
 
-/// Formats under format `id`; arguments follow its directives' kinds.
-fn format(rt: &mut HostRuntime, id: i64, raw: &[i64]) -> Option<Vec<u8>> {
+/// Formats the common case, plain `%d` and `%s` between literals, without
+/// the general formatter's allocations; false (with `out` untouched) for
+/// anything else.
+fn format_plain(rt: &HostRuntime, pieces: &[Piece], raw: &[i64], out: &mut Vec<u8>) -> bool {
+    let start = out.len();
+    let mut args = raw.iter();
+    for piece in pieces {
+        let spec = match piece {
+            Piece::Literal(text) => {
+                out.extend_from_slice(text.as_bytes());
+                continue;
+            }
+            Piece::Spec(spec) => spec,
+        };
+        let plain = spec.flags == printf::Flags::default()
+            && spec.width.is_none()
+            && spec.precision.is_none();
+        match (plain, spec.conversion, args.next()) {
+            (true, Conversion::Decimal, Some(&n)) => push_decimal(out, n),
+            (true, Conversion::String, Some(&s)) => out.extend_from_slice(rt.str(s)),
+            _ => {
+                out.truncate(start);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `n` in decimal, as `%d`.
+fn push_decimal(out: &mut Vec<u8>, n: i64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut m = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Formats under format `id`, appending to `out`; arguments follow its
+/// directives' kinds. False (the error recorded) on failure.
+fn format(rt: &mut HostRuntime, id: i64, raw: &[i64], out: &mut Vec<u8>) -> bool {
     let formats = rt.formats.clone();
     let Some((pieces, kinds)) = formats.get(id as usize) else {
         rt.fail(RuntimeError::Internal(format!("no format {id}")));
-        return None;
+        return false;
     };
-    let strings: Vec<Vec<u8>> = kinds
-        .iter()
-        .zip(raw)
-        .map(|(k, r)| match k {
-            ArgKind::String => rt.str(*r).to_vec(),
-            ArgKind::Long => Vec::new(),
-        })
-        .collect();
+    if format_plain(rt, pieces, raw, out) {
+        return true;
+    }
     let values: Vec<printf::Value> = kinds
         .iter()
         .zip(raw)
-        .zip(&strings)
-        .map(|((k, r), s)| match k {
-            ArgKind::String => printf::Value::Str(s),
+        .map(|(k, r)| match k {
+            ArgKind::String => printf::Value::Str(rt.str(*r)),
             ArgKind::Long => printf::Value::Long(*r),
         })
         .collect();
-    let mut out = Vec::new();
-    match printf::format(pieces, &values, &mut out) {
-        Ok(()) => Some(out),
+    match printf::format(pieces, &values, out) {
+        Ok(()) => true,
         Err(e) => {
             rt.fail(RuntimeError::Format(e.to_string()));
-            None
+            false
         }
     }
 }
@@ -543,9 +632,13 @@ pub unsafe extern "C" fn stap_printf(rt: *mut HostRuntime, id: i64, argv: *const
     let rt = unsafe { runtime(rt) };
     // SAFETY: as above.
     let raw = unsafe { args(argv, argc as usize) };
-    if let Some(bytes) = format(rt, id, raw) {
+    // One buffer serves every call: a million-line foreach allocates none.
+    let mut bytes = std::mem::take(&mut rt.printf_buf);
+    bytes.clear();
+    if format(rt, id, raw, &mut bytes) {
         write_output(rt, &bytes);
     }
+    rt.printf_buf = bytes;
 }
 
 /// # Safety
@@ -560,9 +653,11 @@ pub unsafe extern "C" fn stap_sprintf(
     let rt = unsafe { runtime(rt) };
     // SAFETY: as above.
     let raw = unsafe { args(argv, argc as usize) };
-    match format(rt, id, raw) {
-        Some(bytes) => rt.new_str(bytes),
-        None => 0,
+    let mut bytes = Vec::new();
+    if format(rt, id, raw, &mut bytes) {
+        rt.new_str(bytes)
+    } else {
+        0
     }
 }
 
@@ -692,5 +787,89 @@ pub fn hist_code(kind: HistKind) -> i64 {
     match kind {
         HistKind::Log => 0,
         HistKind::Linear(_) => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stap_lang::diag::render_plain;
+    use stap_lang::kernel::KernelVersion;
+    use stap_lang::preprocess::PreprocessEnv;
+    use stap_lang::sema::{ElabOptions, elaborate};
+    use stap_lang::source::SourceMap;
+
+    use crate::host::{HostRuntime, Output};
+    use crate::jit::HostProgram;
+
+    /// The output of the first begin probe of `script`.
+    fn run(script: &str) -> String {
+        let no_config = |_: &str| None;
+        let env = PreprocessEnv {
+            kernel: KernelVersion {
+                major: 6,
+                minor: 18,
+                patch: 0,
+                release: "6.18.0-test".into(),
+            },
+            arch: "x86_64".into(),
+            config: &no_config,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("script.stp", script);
+        let parsed = stap_lang::parse::parse_file(&map, id, &env);
+        assert!(
+            parsed.diags.is_empty(),
+            "{}",
+            render_plain(&map, &parsed.diags)
+        );
+        let facts = stap_lang::testing::FakeKernel::new();
+        let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
+        let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
+        let module = stap_lang::ir::lower::lower(&program)
+            .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+        let program = HostProgram::compile(&module).expect("compiles");
+        let mut rt = HostRuntime::new(&module, Output::buffer());
+        program.run_probe(0, &mut rt).expect("runs");
+        String::from_utf8(rt.output.take_buffer()).unwrap()
+    }
+
+    #[test]
+    fn foreach_reads_live_values_not_the_snapshot() {
+        // The loop body changes elements the snapshot has not reached yet,
+        // deletes one, and nests a loop over the same array: `a[k]` must
+        // see the live table each time.
+        let out = run(r#"
+global a
+probe begin {
+  a[1] = 10; a[2] = 20; a[3] = 30
+  foreach (k in a+) {
+    printf("%d %d|", k, a[k])
+    if (k == 1) { a[2] = 99; delete a[3] }
+  }
+  println("")
+  foreach (k in a-) {
+    foreach (j in a) printf("%d=%d ", j, a[j])
+    printf("/ %d %d|", k, a[k])
+  }
+  println("")
+}
+"#);
+        assert_eq!(out, "1 10|2 99|3 0|\n1=10 2=99 / 2 99|1=10 2=99 / 1 10|\n");
+    }
+
+    #[test]
+    fn plain_printf_directives_match_the_formatter() {
+        let out = run(r#"
+probe begin {
+  printf("%d %d %d %s|%i\n", 0, -42, -9223372036854775807 - 1, "str", 9223372036854775807)
+  printf("%5d|%-3d|%05d|%+d|%.3s|%x\n", 1, 2, 3, 4, "abcdef", 255)
+  s = sprintf("%d:%s", -7, "x"); println(s)
+}
+"#);
+        assert_eq!(
+            out,
+            "0 -42 -9223372036854775808 str|9223372036854775807\n    1|2  |00003|+4|abc|ff\n-7:x\n"
+        );
     }
 }
