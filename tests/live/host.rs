@@ -162,26 +162,44 @@ fn is_loopback_tally(line: &str) -> bool {
         .is_some_and(|n| n >= 1)
 }
 
-/// Runs a drops script file unmodified under `-T 12`: a tally line for the
-/// loopback drops within its first 5 s period, then SIGINT ends it cleanly.
+/// Runs a drops script file unmodified: a tally line for the loopback
+/// drops within its first 5 s period, then SIGINT ends it cleanly.
+///
+/// kfree_skb fires for the whole machine. A drop elsewhere whose skb has
+/// no readable device name makes the seed script end with stap's
+/// `kernel string copy fault` error, as it should; that is other traffic,
+/// not this test's, so such a run is retried a few times.
 fn drops_script_tallies_and_stops_on_sigint(script: &str) {
     let _one = serial();
     let port = closed_port();
-    let mut session = Live::start(&["-T", "12", &example(script)]);
-    session.wait_ready();
-    let line = session.wait_for_line(Duration::from_secs(8), is_loopback_tally, || {
-        connect_refused(port)
-    });
-    assert!(
-        line.is_some(),
-        "no tally line for lo; stdout:\n{}\nstderr:\n{}",
-        Live::text(&session.stdout),
-        Live::text(&session.stderr)
-    );
-    session.interrupt();
-    let done = session.finish();
-    assert_success(&done);
-    assert!(!done.stderr.contains("ERROR"), "{}", done.stderr);
+    for attempt in 1..=3 {
+        let mut session = Live::start(&["-T", "20", &example(script)]);
+        session.wait_ready();
+        let line = session.wait_for_line(Duration::from_secs(12), is_loopback_tally, || {
+            connect_refused(port)
+        });
+        let stderr = Live::text(&session.stderr);
+        if line.is_none() && stderr.contains("copy fault") && attempt < 3 {
+            eprintln!("attempt {attempt}: a drop from other traffic ended the run: {stderr}");
+            let _ = session.finish();
+            continue;
+        }
+        assert!(
+            line.is_some(),
+            "no tally line for lo; stdout:\n{}\nstderr:\n{}",
+            Live::text(&session.stdout),
+            stderr
+        );
+        session.interrupt();
+        let done = session.finish();
+        if done.stderr.contains("copy fault") && attempt < 3 {
+            eprintln!("attempt {attempt}: a drop from other traffic ended the run");
+            continue;
+        }
+        assert_success(&done);
+        assert!(!done.stderr.contains("ERROR"), "{}", done.stderr);
+        return;
+    }
 }
 
 #[test]
