@@ -26,6 +26,9 @@ mod examples;
 #[path = "live/functions.rs"]
 mod functions;
 
+#[path = "live/netfilter.rs"]
+mod netfilter;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

@@ -137,7 +137,47 @@ fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, Strin
             function,
             is_return,
         } => uprobe(prog, Path::new(path), function, *is_return).map(|fd| vec![fd]),
+        AttachKind::Netfilter {
+            pf,
+            hooknum,
+            priority,
+        } => netfilter(prog, *pf, *hooknum, *priority).map(|fd| vec![fd]),
     }
+}
+
+/// How many priorities after the asked one a netfilter probe may move to.
+const NETFILTER_PRIORITY_STEPS: i32 = 64;
+
+/// A netfilter link in this process's network namespace; closing it
+/// unregisters the hook. The kernel allows one BPF program per hook and
+/// priority (EBUSY), so a second probe on the same point takes the next
+/// free priority: observers do not care about their order.
+fn netfilter(prog: BorrowedFd, pf: u32, hooknum: u32, priority: i32) -> Result<OwnedFd, String> {
+    let mut error = None;
+    for step in 0..NETFILTER_PRIORITY_STEPS {
+        // INT_MAX is reserved by the kernel.
+        let Some(p) = priority.checked_add(step).filter(|p| *p != i32::MAX) else {
+            break;
+        };
+        match sys::link_create_netfilter(prog, pf, hooknum, p) {
+            Ok(fd) => return Ok(fd),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => error = Some(e),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    let e = error.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EBUSY));
+    let hint = match e.raw_os_error() {
+        Some(libc::EINVAL) => " (no such hook, or a reserved priority)",
+        Some(libc::EBUSY) => " (BPF programs hold this priority and the ones after it)",
+        _ => "",
+    };
+    Err(format!(
+        "BPF_LINK_CREATE netfilter pf {pf} hook {hooknum} priority {priority}: {}{hint}",
+        os_error(&e)
+    ))
 }
 
 /// "Operation not permitted (os error 1)" → "Operation not permitted (EPERM)".

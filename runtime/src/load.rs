@@ -263,6 +263,7 @@ pub fn program_type(attach: &AttachKind) -> (u32, u32) {
             },
         ),
         AttachKind::PerfEvent { .. } => (sys::BPF_PROG_TYPE_PERF_EVENT, 0),
+        AttachKind::Netfilter { .. } => (sys::BPF_PROG_TYPE_NETFILTER, sys::BPF_NETFILTER),
     }
 }
 
@@ -518,6 +519,11 @@ pub fn point_text(attach: &AttachKind) -> String {
             "process(\"{path}\").function(\"{function}\"){}",
             ret(*is_return)
         ),
+        AttachKind::Netfilter {
+            pf,
+            hooknum,
+            priority,
+        } => format!("netfilter.hook({hooknum}).pf({pf}).priority({priority})"),
     }
 }
 

@@ -53,10 +53,12 @@ pub const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 pub const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 pub const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 pub const BPF_PROG_TYPE_TRACING: u32 = 26;
+pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 
 pub const BPF_TRACE_FENTRY: u32 = 24;
 pub const BPF_TRACE_FEXIT: u32 = 25;
 pub const BPF_PERF_EVENT: u32 = 41;
+pub const BPF_NETFILTER: u32 = 45;
 
 /// `src_reg` of an `ld_imm64` whose immediate is a map fd.
 pub const BPF_PSEUDO_MAP_FD: u8 = 1;
@@ -678,6 +680,40 @@ pub fn link_create(
         flags: 0,
         target_btf_id: 0,
         _pad: 0,
+    };
+    bpf_fd(BPF_LINK_CREATE, &mut attr)
+}
+
+#[repr(C)]
+struct LinkCreateNetfilterAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    // `link_create.netfilter`.
+    pf: u32,
+    hooknum: u32,
+    priority: i32,
+    netfilter_flags: u32,
+}
+
+/// BPF_LINK_CREATE of a netfilter program on hook `hooknum` of protocol
+/// family `pf` (`NFPROTO_*`), in the caller's network namespace.
+pub fn link_create_netfilter(
+    prog: BorrowedFd,
+    pf: u32,
+    hooknum: u32,
+    priority: i32,
+) -> io::Result<OwnedFd> {
+    let mut attr = LinkCreateNetfilterAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: 0,
+        attach_type: BPF_NETFILTER,
+        flags: 0,
+        pf,
+        hooknum,
+        priority,
+        netfilter_flags: 0,
     };
     bpf_fd(BPF_LINK_CREATE, &mut attr)
 }

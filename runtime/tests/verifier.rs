@@ -188,6 +188,9 @@ fn prog_type(attach: &AttachKind) -> u32 {
         AttachKind::PerfEvent { .. } => PROG_PERF_EVENT,
         AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => PROG_KPROBE,
         AttachKind::Fentry { .. } => panic!("fentry needs an attach BTF id; not sampled"),
+        AttachKind::Netfilter { .. } => {
+            panic!("netfilter needs an expected attach type; not sampled")
+        }
     }
 }
 

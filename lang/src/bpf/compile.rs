@@ -325,6 +325,15 @@ fn attach_kind(kind: &ProbeKind) -> Option<AttachKind> {
             },
             is_return: *is_return,
         },
+        ProbeKind::Netfilter {
+            pf,
+            hooknum,
+            priority,
+        } => AttachKind::Netfilter {
+            pf: *pf,
+            hooknum: *hooknum,
+            priority: *priority,
+        },
         _ => return None,
     })
 }

@@ -95,6 +95,13 @@ pub enum AttachKind {
         function: String,
         is_return: bool,
     },
+    /// `BPF_PROG_TYPE_NETFILTER`, attached with `BPF_LINK_CREATE` in the
+    /// current network namespace.
+    Netfilter {
+        pf: u32,
+        hooknum: u32,
+        priority: i32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -258,6 +258,15 @@ pub enum ProbeKind {
         target: ProcessTarget,
         is_return: bool,
     },
+    /// `netfilter.hook("NAME").pf("NF_INET")`: a BPF netfilter link in the
+    /// current network namespace (observes only: always `NF_ACCEPT`).
+    Netfilter {
+        /// `NFPROTO_IPV4` or `NFPROTO_IPV6`.
+        pf: u32,
+        /// `NF_INET_PRE_ROUTING` (0) .. `NF_INET_POST_ROUTING` (4).
+        hooknum: u32,
+        priority: i32,
+    },
 }
 
 impl ProbeKind {
@@ -274,6 +283,7 @@ impl ProbeKind {
             ProbeKind::Perf { .. } => "perf",
             ProbeKind::TimerProfile => "timer.profile",
             ProbeKind::Process { .. } => "process",
+            ProbeKind::Netfilter { .. } => "netfilter",
         }
     }
 }
@@ -312,6 +322,11 @@ pub enum ContextSource {
     FunctionParam(u32),
     /// `$return` of a `.return` probe.
     Return,
+    /// The 8-byte field at `offset` in the struct `ctx[index]` points to
+    /// (netfilter: `state->in`).
+    PointedField { index: u32, offset: u32 },
+    /// A value known when the probe is resolved (netfilter: `$hooknum`).
+    Constant(i64),
 }
 
 #[derive(Debug, Clone, PartialEq)]

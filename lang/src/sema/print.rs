@@ -57,6 +57,8 @@ fn source_of(v: &ContextVar) -> String {
         ContextSource::ClassicField { offset, size } => format!("record +{offset}, {size} bytes"),
         ContextSource::FunctionParam(i) => format!("arg {i}"),
         ContextSource::Return => "return value".to_string(),
+        ContextSource::PointedField { index, offset } => format!("ctx[{index}] +{offset}"),
+        ContextSource::Constant(n) => format!("constant {n}"),
     }
 }
 
@@ -241,6 +243,11 @@ impl Printer<'_> {
                 let kind = if *is_return { "uretprobe" } else { "uprobe" };
                 format!("{kind} on {path}, {what} (address resolved from the binary)")
             }
+            ProbeKind::Netfilter {
+                pf,
+                hooknum,
+                priority,
+            } => format!("netfilter link (pf {pf}, hook {hooknum}, priority {priority})"),
         };
         self.line(&format!("mechanism: {text}"));
         self.indent += 1;

@@ -223,7 +223,20 @@ fn context_style(kind: &ProbeKind) -> ContextStyle {
             ret_index: is_return.then_some(proto.params.len() as u32),
         },
         ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. } => ContextStyle::PtRegs,
+        // `struct bpf_nf_ctx { state; skb; }`: two 8-byte pointers.
+        ProbeKind::Netfilter { .. } => ContextStyle::U64Array { ret_index: None },
         _ => ContextStyle::None,
+    }
+}
+
+/// What every path of the handler returns: tracing programs' value is
+/// ignored (0); a netfilter program's is the packet's verdict, and stap-rs
+/// only observes, so `NF_ACCEPT`.
+fn return_value(kind: &ProbeKind) -> i32 {
+    const NF_ACCEPT: i32 = 1;
+    match kind {
+        ProbeKind::Netfilter { .. } => NF_ACCEPT,
+        _ => 0,
     }
 }
 
@@ -591,7 +604,8 @@ impl Emitter<'_> {
             self.push(Insn::store(DW, R1, (COUNTER_DEPTH * 8) as i16, R2));
         }
         self.bind(bail);
-        self.push(Insn::mov_imm(R0, 0));
+        let kind = &self.module.probes[self.probe as usize].kind;
+        self.push(Insn::mov_imm(R0, return_value(kind)));
         self.push(Insn::exit());
     }
 

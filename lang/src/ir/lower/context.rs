@@ -119,6 +119,12 @@ impl FnLowering<'_, '_> {
                 signed,
             },
             ContextSource::Return => Op::ContextReturn { dst },
+            ContextSource::PointedField { index, offset } => {
+                self.body.emit(Op::ContextArg { dst, index }, span);
+                let addr = self.offset(dst, i64::from(offset), span);
+                return self.read_memory(addr, 8, false, span);
+            }
+            ContextSource::Constant(n) => return self.constant(n, span),
         };
         self.body.emit(op, span);
         dst
