@@ -35,9 +35,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         return listing::run(point, true, kernel.as_ref(), args);
     }
     if args.interactive || (args.script_text.is_none() && args.positional.is_empty()) {
-        return Err(fail(
-            "the interactive session (stap-rs -i, or no script) is not implemented yet; give a script file or -e 'text'",
-        ));
+        return crate::repl::run(args, kernel.as_ref());
     }
 
     let mut map = SourceMap::new();

@@ -3,6 +3,7 @@
 mod cli;
 mod driver;
 mod listing;
+mod repl;
 mod run;
 mod tapsets;
 

@@ -7,6 +7,7 @@ need_apt=()
 command -v bpftool >/dev/null || need_apt+=(bpftool)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v cc >/dev/null || need_apt+=(gcc)   # live tests compile their trigger programs
+command -v tmux >/dev/null || need_apt+=(tmux)   # tests/repl.rs drives the REPL through a pty
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -107,12 +107,52 @@ pub struct Outcome {
     pub failed: bool,
 }
 
+/// What an embedding driver (the interactive session) may do at fixed
+/// points of a run. The defaults are a plain `stap-rs SCRIPT` run.
+pub trait Hooks {
+    /// The maps are loaded and attached to the globals, before any begin
+    /// probe: the place to restore values kept from an earlier run.
+    fn loaded(&mut self, _runtime: &mut HostRuntime) {}
+    /// Whether begin probe N (an index into the module's probes) runs.
+    fn run_begin(&self, _probe: usize) -> bool {
+        true
+    }
+    /// How often [`Hooks::poll`] is called while the event loop waits.
+    fn poll_every(&self) -> Option<Duration> {
+        None
+    }
+    /// Called from the event loop; `true` ends the session.
+    fn poll(&mut self, _runtime: &mut HostRuntime) -> bool {
+        false
+    }
+    /// The session is ending (kernel handlers are off); returns whether
+    /// end probes run. The place to save global values.
+    fn ending(&mut self, _runtime: &mut HostRuntime) -> bool {
+        true
+    }
+}
+
+/// The hooks of a plain run.
+struct NoHooks;
+
+impl Hooks for NoHooks {}
+
 /// Runs the session to its end. `ready` is called once every probe is
 /// attached and live.
 pub fn run(
     compiled: &Compiled<'_>,
     settings: &Settings,
     ready: &mut dyn FnMut(),
+) -> Result<Outcome, SessionError> {
+    run_with_hooks(compiled, settings, ready, &mut NoHooks)
+}
+
+/// [`run`], with an embedding driver's [`Hooks`].
+pub fn run_with_hooks(
+    compiled: &Compiled<'_>,
+    settings: &Settings,
+    ready: &mut dyn FnMut(),
+    hooks: &mut dyn Hooks,
 ) -> Result<Outcome, SessionError> {
     let output = match &settings.output {
         Some(path) => Output::file(path).map_err(setup(&format!(
@@ -176,6 +216,7 @@ pub fn run(
         // with attaching rather than delaying start-up or the first event.
         runtime.symbols.preload();
     }
+    hooks.loaded(&mut runtime);
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
 
     let mut session = Session {
@@ -187,8 +228,12 @@ pub fn run(
         errors: 0,
         error_ending: false,
         ending: false,
+        hooks,
     };
-    session.run_probes(|kind| matches!(kind, ProbeKind::Begin { .. }));
+    let begins: Vec<bool> = (0..compiled.module.probes.len())
+        .map(|i| session.hooks.run_begin(i))
+        .collect();
+    session.run_probes(|i, kind| matches!(kind, ProbeKind::Begin { .. }) && begins[i]);
     if let Some(control) = &session.control
         && let Err(e) = control.write(true)
     {
@@ -210,10 +255,11 @@ pub fn run(
     if let Some((ring, _)) = events.as_mut() {
         session.drain(ring);
     }
+    let run_end = session.hooks.ending(&mut session.runtime);
     if session.error_ending {
-        session.run_probes(|kind| matches!(kind, ProbeKind::Error { .. }));
-    } else {
-        session.run_probes(|kind| matches!(kind, ProbeKind::End { .. }));
+        session.run_probes(|_, kind| matches!(kind, ProbeKind::Error { .. }));
+    } else if run_end {
+        session.run_probes(|_, kind| matches!(kind, ProbeKind::End { .. }));
     }
     let _ = session.runtime.output.flush();
     let counters = find_map(object, &loaded, |r| matches!(r, MapRole::Counters));
@@ -248,19 +294,20 @@ struct Session<'a> {
     /// Ending because of errors: error probes run instead of end probes.
     error_ending: bool,
     ending: bool,
+    hooks: &'a mut dyn Hooks,
 }
 
 impl Session<'_> {
     /// Runs the host probes of one family in stap's order (`begin(N)`,
     /// `end(N)`, `error(N)` by N, then by position in the script).
-    fn run_probes(&mut self, family: impl Fn(&ProbeKind) -> bool) {
+    fn run_probes(&mut self, family: impl Fn(usize, &ProbeKind) -> bool) {
         let mut chosen: Vec<(i64, usize)> = self
             .compiled
             .module
             .probes
             .iter()
             .enumerate()
-            .filter(|(_, p)| family(&p.kind))
+            .filter(|(i, p)| family(*i, &p.kind))
             .map(|(i, p)| (order_of(p), i))
             .collect();
         chosen.sort();
@@ -356,6 +403,17 @@ impl Session<'_> {
                 }
                 None => -1,
             };
+            let timeout_ms = match self.hooks.poll_every() {
+                Some(every) => {
+                    let every = i32::try_from(every.as_millis()).unwrap_or(i32::MAX);
+                    if timeout_ms < 0 {
+                        every
+                    } else {
+                        timeout_ms.min(every)
+                    }
+                }
+                None => timeout_ms,
+            };
             // SAFETY: `fds` is a live array of initialised pollfds.
             let woken =
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -378,6 +436,9 @@ impl Session<'_> {
                 if let Some(command) = command.as_deref_mut() {
                     command.try_reap();
                 }
+                self.ending = true;
+            }
+            if !self.ending && self.hooks.poll(&mut self.runtime) {
                 self.ending = true;
             }
             for (slot, timer) in fds[TIMERS..].iter().zip(timers.iter_mut()) {
