@@ -6,55 +6,33 @@ use stap_lang::diag::render_plain;
 use stap_lang::ir::{
     self, Failure, Function, Module, Op, PrintArg, SortBy, Storage, SymbolText, Term,
 };
-use stap_lang::kernel::{KernelFacts, KernelVersion, Mechanisms};
-use stap_lang::parse::parse_file;
-use stap_lang::preprocess::PreprocessEnv;
-use stap_lang::sema::{ElabOptions, Placement, elaborate};
-use stap_lang::source::SourceMap;
+use stap_lang::kernel::{KernelFacts, Mechanisms};
+use stap_lang::sema::{ElabOptions, Placement};
 use stap_lang::testing::FakeKernel;
 
-fn no_config(_: &str) -> Option<String> {
-    None
-}
+mod common;
 
 /// Parses and elaborates `script`, then lowers it: the module and its
 /// listing, or the rendered lowering diagnostics.
 fn lower_with(script: &str, facts: &dyn KernelFacts) -> Result<(Module, String), String> {
-    let env = PreprocessEnv {
-        kernel: KernelVersion {
-            major: 6,
-            minor: 18,
-            patch: 0,
-            release: "6.18.0-test".into(),
-        },
-        arch: "x86_64".into(),
-        config: &no_config,
-        args: &[],
+    let elaborated = common::elaborate_text(script, &[], facts, &ElabOptions::default());
+    let map = &elaborated.map;
+    let Some(program) = &elaborated.program else {
+        panic!("elaboration failed:\n{}", elaborated.rendered());
     };
-    let mut map = SourceMap::new();
-    let id = map.add("script.stp", script);
-    let parsed = parse_file(&map, id, &env);
-    assert!(
-        parsed.diags.is_empty(),
-        "parse errors:\n{}",
-        render_plain(&map, &parsed.diags)
-    );
-    let (program, diags) = elaborate(&[parsed.file], &[], facts, &ElabOptions::default());
-    let program =
-        program.unwrap_or_else(|| panic!("elaboration failed:\n{}", render_plain(&map, &diags)));
-    match ir::lower::lower(&program) {
+    match ir::lower::lower(program) {
         Ok(module) => {
             if let Err(errors) = ir::verify::verify(&module) {
                 panic!(
                     "the lowered module fails verification:\n{}\n\n{}",
                     errors.join("\n"),
-                    ir::print::print_module(&module, &map)
+                    ir::print::print_module(&module, map)
                 );
             }
-            let listing = ir::print::print_module(&module, &map);
+            let listing = ir::print::print_module(&module, map);
             Ok((module, listing))
         }
-        Err(diags) => Err(render_plain(&map, &diags)),
+        Err(diags) => Err(render_plain(map, &diags)),
     }
 }
 

@@ -1,61 +1,27 @@
 //! `-p2` snapshots: elaboration of the seed script and of each construct
 //! family against the fake kernel (`testing::FakeKernel`).
 
-use stap_lang::diag::render_plain;
-use stap_lang::kernel::{KernelFacts, KernelVersion};
-use stap_lang::parse::parse_file;
-use stap_lang::preprocess::PreprocessEnv;
-use stap_lang::sema::{ElabOptions, Placement, Program, elaborate, print::print_program};
-use stap_lang::source::SourceMap;
+use stap_lang::kernel::KernelFacts;
+use stap_lang::sema::{ElabOptions, Placement, Program, print::print_program};
 use stap_lang::testing::FakeKernel;
 
-fn no_config(_: &str) -> Option<String> {
-    None
-}
+mod common;
 
-/// Parses the script and the tapsets, elaborates, and returns the listing;
-/// panics with the rendered diagnostics if elaboration failed.
+/// Elaborates the script with the tapsets and returns the program and its
+/// listing; panics with the rendered diagnostics if elaboration failed.
 fn elaborate_with(
     script: &str,
     tapsets: &[(&str, &str)],
     facts: &dyn KernelFacts,
     opts: &ElabOptions,
 ) -> (Program, String) {
-    let env = PreprocessEnv {
-        kernel: KernelVersion {
-            major: 6,
-            minor: 18,
-            patch: 0,
-            release: "6.18.0-test".into(),
-        },
-        arch: "x86_64".into(),
-        config: &no_config,
-        args: &[],
+    let elaborated = common::elaborate_text(script, tapsets, facts, opts);
+    let rendered = elaborated.rendered();
+    let Some(program) = elaborated.program else {
+        panic!("elaboration failed:\n{rendered}");
     };
-    let mut map = SourceMap::new();
-    let user_id = map.add("script.stp", script);
-    let tapset_ids: Vec<_> = tapsets
-        .iter()
-        .map(|(name, text)| map.add(*name, *text))
-        .collect();
-    let mut parse_diags = Vec::new();
-    let mut parse = |id| {
-        let parsed = parse_file(&map, id, &env);
-        parse_diags.extend(parsed.diags);
-        parsed.file
-    };
-    let user = vec![parse(user_id)];
-    let tapsets: Vec<_> = tapset_ids.into_iter().map(&mut parse).collect();
-    assert!(
-        parse_diags.is_empty(),
-        "parse errors:\n{}",
-        render_plain(&map, &parse_diags)
-    );
-    let (program, diags) = elaborate(&user, &tapsets, facts, opts);
-    let rendered = render_plain(&map, &diags);
-    let program = program.unwrap_or_else(|| panic!("elaboration failed:\n{rendered}"));
-    let mut listing = print_program(&program, &map);
-    if !diags.is_empty() {
+    let mut listing = print_program(&program, &elaborated.map);
+    if !elaborated.diags.is_empty() {
         listing.push_str("\n# diagnostics\n");
         listing.push_str(&rendered);
     }
@@ -396,28 +362,10 @@ probe process("/bin/nodwarf").function("main") {
 /// Elaborates `script` and returns its rendered diagnostics, which must
 /// include an error.
 fn elaboration_errors(script: &str) -> String {
-    let env = PreprocessEnv {
-        kernel: FakeKernel::new().version(),
-        arch: "x86_64".into(),
-        config: &no_config,
-        args: &[],
-    };
-    let mut map = SourceMap::new();
-    let id = map.add("script.stp", script);
-    let parsed = parse_file(&map, id, &env);
-    assert!(
-        parsed.diags.is_empty(),
-        "{}",
-        render_plain(&map, &parsed.diags)
-    );
-    let (program, diags) = elaborate(
-        &[parsed.file],
-        &[],
-        &FakeKernel::new(),
-        &ElabOptions::default(),
-    );
-    assert!(program.is_none() && diags.iter().any(|d| d.is_error()));
-    render_plain(&map, &diags)
+    let elaborated =
+        common::elaborate_text(script, &[], &FakeKernel::new(), &ElabOptions::default());
+    assert!(elaborated.program.is_none() && elaborated.diags.iter().any(|d| d.is_error()));
+    elaborated.rendered()
 }
 
 /// `$var` without DWARF says how to build the binary or what to use

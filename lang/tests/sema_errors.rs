@@ -1,16 +1,12 @@
 //! Elaboration errors, each snapshotted as `render_plain` prints it.
 
-use stap_lang::diag::render_plain;
-use stap_lang::kernel::{KernelFacts, KernelVersion};
+use stap_lang::kernel::KernelFacts;
 use stap_lang::parse::parse_file;
-use stap_lang::preprocess::PreprocessEnv;
 use stap_lang::sema::{ElabOptions, elaborate};
 use stap_lang::source::SourceMap;
 use stap_lang::testing::FakeKernel;
 
-fn no_config(_: &str) -> Option<String> {
-    None
-}
+mod common;
 
 /// Elaborates `script` (with `tapsets`) and returns the rendered
 /// diagnostics; panics if elaboration succeeded.
@@ -20,43 +16,13 @@ fn errors_with(
     facts: &dyn KernelFacts,
     opts: &ElabOptions,
 ) -> String {
-    let env = PreprocessEnv {
-        kernel: KernelVersion {
-            major: 6,
-            minor: 18,
-            patch: 0,
-            release: "6.18.0-test".into(),
-        },
-        arch: "x86_64".into(),
-        config: &no_config,
-        args: &[],
-    };
-    let mut map = SourceMap::new();
-    let user_id = map.add("script.stp", script);
-    let tapset_ids: Vec<_> = tapsets
-        .iter()
-        .map(|(name, text)| map.add(*name, *text))
-        .collect();
-    let mut parse_diags = Vec::new();
-    let mut parse = |id| {
-        let parsed = parse_file(&map, id, &env);
-        parse_diags.extend(parsed.diags);
-        parsed.file
-    };
-    let user = vec![parse(user_id)];
-    let tapsets: Vec<_> = tapset_ids.into_iter().map(&mut parse).collect();
+    let elaborated = common::elaborate_text(script, tapsets, facts, opts);
+    let rendered = elaborated.rendered();
     assert!(
-        parse_diags.is_empty(),
-        "parse errors:\n{}",
-        render_plain(&map, &parse_diags)
-    );
-    let (program, diags) = elaborate(&user, &tapsets, facts, opts);
-    let rendered = render_plain(&map, &diags);
-    assert!(
-        program.is_none(),
+        elaborated.program.is_none(),
         "elaboration unexpectedly succeeded:\n{rendered}"
     );
-    assert!(!diags.is_empty());
+    assert!(!elaborated.diags.is_empty());
     rendered
 }
 
@@ -347,7 +313,6 @@ fn private_tapset_function_is_invisible() {
 /// least one error) without panicking.
 #[test]
 fn odd_inputs_do_not_panic() {
-    let env_config = no_config;
     let scripts = [
         "",
         "global x",
@@ -375,17 +340,7 @@ fn odd_inputs_do_not_panic() {
         "probe begin { println(@hist_linear(1, 2, 3, 4)) }",
     ];
     for script in scripts {
-        let envp = PreprocessEnv {
-            kernel: KernelVersion {
-                major: 6,
-                minor: 18,
-                patch: 0,
-                release: "6.18.0-test".into(),
-            },
-            arch: "x86_64".into(),
-            config: &env_config,
-            args: &[],
-        };
+        let envp = common::fake_env();
         let mut map = SourceMap::new();
         let id = map.add("odd.stp", script);
         let parsed = parse_file(&map, id, &envp);
