@@ -1138,6 +1138,42 @@ impl KernelFacts for FakeKernel {
     }
 }
 
+/// Passes 1 to 3 for one script in tests: parses it (as `script.stp`, with
+/// the preprocessor answering from `facts`), elaborates it against `facts`
+/// and lowers it to the IR. Panics with the rendered diagnostics on any
+/// error, so a test states only what it checks.
+pub fn lower_script(
+    script: &str,
+    facts: &dyn KernelFacts,
+) -> (crate::ir::Module, crate::source::SourceMap) {
+    use crate::diag::render_plain;
+    let config = |name: &str| facts.config(name);
+    let env = crate::preprocess::PreprocessEnv {
+        kernel: facts.version(),
+        arch: facts.arch(),
+        config: &config,
+        args: &[],
+    };
+    let mut map = crate::source::SourceMap::new();
+    let id = map.add("script.stp", script);
+    let parsed = crate::parse::parse_file(&map, id, &env);
+    assert!(
+        parsed.diags.is_empty(),
+        "{}",
+        render_plain(&map, &parsed.diags)
+    );
+    let (program, diags) = crate::sema::elaborate(
+        &[parsed.file],
+        &[],
+        facts,
+        &crate::sema::ElabOptions::default(),
+    );
+    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
+    let module =
+        crate::ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    (module, map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

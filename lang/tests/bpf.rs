@@ -6,10 +6,6 @@
 use stap_lang::bpf::{self, AttachKind, MapRole, Object, Options, records, regalloc, samples};
 use stap_lang::diag::render_plain;
 use stap_lang::ir::{self, Module, Op, Reg, Term, ValType};
-use stap_lang::kernel::KernelVersion;
-use stap_lang::parse::parse_file;
-use stap_lang::preprocess::PreprocessEnv;
-use stap_lang::sema::{ElabOptions, elaborate};
 use stap_lang::source::SourceMap;
 use stap_lang::testing::FakeKernel;
 
@@ -294,35 +290,7 @@ fn maps_follow_the_layout() {
 }
 
 fn lower(script: &str) -> (Module, SourceMap) {
-    let env = PreprocessEnv {
-        kernel: KernelVersion {
-            major: 6,
-            minor: 18,
-            patch: 0,
-            release: "6.18.0-test".into(),
-        },
-        arch: "x86_64".into(),
-        config: &|_| None,
-        args: &[],
-    };
-    let mut map = SourceMap::new();
-    let id = map.add("script.stp", script);
-    let parsed = parse_file(&map, id, &env);
-    assert!(
-        parsed.diags.is_empty(),
-        "{}",
-        render_plain(&map, &parsed.diags)
-    );
-    let (program, diags) = elaborate(
-        &[parsed.file],
-        &[],
-        &FakeKernel::like_this_host(),
-        &ElabOptions::default(),
-    );
-    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
-    let module =
-        ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
-    (module, map)
+    stap_lang::testing::lower_script(script, &FakeKernel::like_this_host())
 }
 
 #[test]

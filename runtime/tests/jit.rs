@@ -844,37 +844,8 @@ fn kernel_shared_globals_combine_cpus() {
 /// Runs the first begin probe of `script`, taken through the front end
 /// against the fake kernel.
 fn run_script(script: &str) -> (String, Result<(), RuntimeError>) {
-    use stap_lang::diag::render_plain;
-    use stap_lang::kernel::KernelVersion;
-    use stap_lang::preprocess::PreprocessEnv;
-    use stap_lang::sema::{ElabOptions, elaborate};
-    use stap_lang::source::SourceMap;
-
-    let no_config = |_: &str| None;
-    let env = PreprocessEnv {
-        kernel: KernelVersion {
-            major: 6,
-            minor: 18,
-            patch: 0,
-            release: "6.18.0-test".into(),
-        },
-        arch: "x86_64".into(),
-        config: &no_config,
-        args: &[],
-    };
-    let mut map = SourceMap::new();
-    let id = map.add("script.stp", script);
-    let parsed = stap_lang::parse::parse_file(&map, id, &env);
-    assert!(
-        parsed.diags.is_empty(),
-        "{}",
-        render_plain(&map, &parsed.diags)
-    );
     let facts = stap_lang::testing::FakeKernel::new();
-    let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
-    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
-    let module = stap_lang::ir::lower::lower(&program)
-        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let (module, _) = stap_lang::testing::lower_script(script, &facts);
     let (out, result, _) = run(&module);
     (out, result)
 }

@@ -792,42 +792,14 @@ pub fn hist_code(kind: HistKind) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use stap_lang::diag::render_plain;
-    use stap_lang::kernel::KernelVersion;
-    use stap_lang::preprocess::PreprocessEnv;
-    use stap_lang::sema::{ElabOptions, elaborate};
-    use stap_lang::source::SourceMap;
 
     use crate::host::{HostRuntime, Output};
     use crate::jit::HostProgram;
 
     /// The output of the first begin probe of `script`.
     fn run(script: &str) -> String {
-        let no_config = |_: &str| None;
-        let env = PreprocessEnv {
-            kernel: KernelVersion {
-                major: 6,
-                minor: 18,
-                patch: 0,
-                release: "6.18.0-test".into(),
-            },
-            arch: "x86_64".into(),
-            config: &no_config,
-            args: &[],
-        };
-        let mut map = SourceMap::new();
-        let id = map.add("script.stp", script);
-        let parsed = stap_lang::parse::parse_file(&map, id, &env);
-        assert!(
-            parsed.diags.is_empty(),
-            "{}",
-            render_plain(&map, &parsed.diags)
-        );
         let facts = stap_lang::testing::FakeKernel::new();
-        let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
-        let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
-        let module = stap_lang::ir::lower::lower(&program)
-            .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+        let (module, _) = stap_lang::testing::lower_script(script, &facts);
         let program = HostProgram::compile(&module).expect("compiles");
         let mut rt = HostRuntime::new(&module, Output::buffer());
         program.run_probe(0, &mut rt).expect("runs");
