@@ -828,30 +828,9 @@ fn sprintf_and_symname_format_in_the_kernel() {
 // ---------------------------------------------------------------------------
 
 /// Elaborates and lowers `script` against the running kernel.
-fn lower_script(name: &str, script: &str) -> (stap_lang::source::SourceMap, stap_lang::ir::Module) {
-    use stap_lang::kernel::KernelFacts;
+fn lower_script(script: &str) -> (stap_lang::source::SourceMap, stap_lang::ir::Module) {
     let kernel = stap_runtime::kernel::BtfKernel::open_default().expect("kernel BTF");
-    let config = |name: &str| kernel.config(name);
-    let env = stap_lang::preprocess::PreprocessEnv {
-        kernel: kernel.version(),
-        arch: kernel.arch(),
-        config: &config,
-        args: &[],
-    };
-    let mut map = stap_lang::source::SourceMap::new();
-    let id = map.add(name, script);
-    let parsed = stap_lang::parse::parse_file(&map, id, &env);
-    let render = stap_lang::diag::render_plain;
-    assert!(parsed.diags.is_empty(), "{}", render(&map, &parsed.diags));
-    let (program, diags) = stap_lang::sema::elaborate(
-        &[parsed.file],
-        &[],
-        &kernel,
-        &stap_lang::sema::ElabOptions::default(),
-    );
-    let program = program.unwrap_or_else(|| panic!("{}", render(&map, &diags)));
-    let module =
-        stap_lang::ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render(&map, &d)));
+    let (module, map) = stap_lang::testing::lower_script(script, &kernel);
     (map, module)
 }
 
@@ -897,7 +876,7 @@ fn lowered_scripts_pass_the_verifier() {
     scripts.extend(SCRIPTS.iter().map(|(n, s)| (*n, s.to_string())));
     let mut failures = Vec::new();
     for (name, script) in &scripts {
-        let (map, module) = lower_script(name, script);
+        let (map, module) = lower_script(script);
         let object = match bpf::compile(&module, &options()) {
             Ok(object) => object,
             Err(diags) => {
