@@ -887,3 +887,354 @@ fn regex_errors_stop_the_probe() {
         "Attempted to get subexpression 0 from failed match"
     );
 }
+
+/// Runs every probe of `script` (in the module's order) and returns each
+/// one's output and result.
+fn run_every_probe(script: &str) -> Vec<(String, String, Result<(), RuntimeError>)> {
+    let facts = stap_lang::testing::FakeKernel::new();
+    let (module, _) = stap_lang::testing::lower_script(script, &facts);
+    let program = HostProgram::compile(&module).expect("compiles");
+    let mut rt = HostRuntime::new(&module, Output::buffer());
+    (0..module.probes.len())
+        .map(|i| {
+            let result = program.run_probe(i, &mut rt);
+            let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+            (module.probes[i].point.clone(), out, result)
+        })
+        .collect()
+}
+
+#[test]
+fn pp_names_the_host_probe_that_runs() {
+    let runs = run_every_probe(
+        r#"
+function where() { return pp() }
+probe begin { println(pp()) }
+probe begin(10) { println(where()) }
+probe timer.s(5) { println(pp()) }
+probe timer.ms(100).randomize(20) { println(pp()) }
+probe timer.hz(3) { println(pp()) }
+probe end { println(pp()) }
+probe end(3), error(-2) { println(pp()) }
+"#,
+    );
+    let outputs: Vec<&str> = runs.iter().map(|(_, out, _)| out.as_str()).collect();
+    assert_eq!(
+        outputs,
+        [
+            "begin\n",
+            "begin(10)\n",
+            "timer.s(5)\n",
+            "timer.ms(100).randomize(20)\n",
+            "timer.hz(3)\n",
+            "end\n",
+            "end(3)\n",
+            "error(-2)\n"
+        ]
+    );
+    assert!(runs.iter().all(|(_, _, r)| r.is_ok()));
+}
+
+#[test]
+fn backtraces_in_host_probes_say_there_is_none() {
+    // stap's begin/end/timer probes have no registers: print_backtrace
+    // says so, naming the probe point; backtrace() is empty.
+    let runs = run_every_probe(
+        r#"
+probe begin { print_backtrace(); printf("[%s]\n", backtrace()); print_stack(backtrace()) }
+probe timer.s(1) {
+  print_backtrace(); print_ubacktrace()
+  printf("[%s] [%s]\n", sprint_backtrace(), sprint_stack(""))
+}
+"#,
+    );
+    assert_eq!(runs[0].1, "<no kernel backtrace at begin>\n[]\n");
+    assert_eq!(
+        runs[1].1,
+        "<no kernel backtrace at timer.s(1)>\n<no user backtrace at timer.s(1)>\n\
+         [<no kernel backtrace at timer.s(1)>] []\n"
+    );
+}
+
+#[test]
+fn print_stack_symbolizes_each_address() {
+    let dir = std::env::temp_dir().join(format!("stap-rs-jit-stack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kallsyms = dir.join("kallsyms");
+    std::fs::write(
+        &kallsyms,
+        "ffffffff81000000 T tcp_v4_rcv\nffffffff81000400 T tcp_v4_do_rcv\n\
+         ffffffffc0000000 t e1000_xmit\t[e1000]\nffffffffc0000100 t e1000_end\t[e1000]\n",
+    )
+    .unwrap();
+    let facts = stap_lang::testing::FakeKernel::new();
+    let (module, _) = stap_lang::testing::lower_script(
+        r#"probe begin {
+  print_stack("0xffffffff81000010 0xffffffffc0000008 0x10")
+  printf("[%s]\n", sprint_stack("0xffffffff81000404 ffffffffc0000001"))
+  print_backtrace(); print_ubacktrace()
+  printf("[%s] [%s]\n", sprint_backtrace(), backtrace())
+}"#,
+        &facts,
+    );
+    let program = HostProgram::compile(&module).unwrap();
+    let mut rt = HostRuntime::new(&module, Output::buffer());
+    rt.symbols = stap_runtime::host::Symbols::from_path(&kallsyms);
+    assert_eq!(program.run_probe(0, &mut rt), Ok(()));
+    let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    // stap's _STP_SYM_FULL frames for print_stack, _STP_SYM_SIMPLE for
+    // sprint_stack (last newline dropped), and a host probe's no-stack text.
+    insta::assert_snapshot!("host_stack_formats", out);
+}
+
+#[test]
+fn wrapping_arrays_evict_the_oldest_element() {
+    // Keys 1..=6 into a 4-element `%` array: 1 and 2 go. Updating 3 keeps
+    // its place; deleting 4 and inserting it again makes it the newest.
+    let (out, result) = run_script(
+        r#"
+global a%[4]
+probe begin {
+  for (i = 1; i <= 6; i++) a[i] = i * 10
+  foreach (k in a+) printf("%d=%d ", k, a[k])
+  println("")
+  a[3] = 33; delete a[4]; a[4] = 44
+  a[7] = 70
+  a[8] = 80
+  foreach (k in a+) printf("%d=%d ", k, a[k])
+  println("")
+  delete a
+  for (i = 10; i <= 14; i++) a[i] = i
+  foreach (k in a+) printf("%d ", k)
+  println("")
+}
+"#,
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        out,
+        "3=30 4=40 5=50 6=60 \n4=44 6=60 7=70 8=80 \n11 12 13 14 \n"
+    );
+}
+
+/// A kernel map whose contents "the kernel" changes right after each
+/// snapshot, counting the element lookups the host makes.
+struct RacingMaps {
+    maps: FakeMaps,
+    lookups: std::cell::Cell<usize>,
+    snapshots: std::cell::Cell<i64>,
+}
+
+impl stap_runtime::host::BpfMapOps for RacingMaps {
+    fn lookup(&self, fd: i32, key: &[u8], value: &mut [u8]) -> std::io::Result<bool> {
+        self.lookups.set(self.lookups.get() + 1);
+        self.maps.lookup(fd, key, value)
+    }
+    fn update(&self, fd: i32, key: &[u8], value: &[u8]) -> std::io::Result<()> {
+        self.maps.update(fd, key, value)
+    }
+    fn delete(&self, fd: i32, key: &[u8]) -> std::io::Result<bool> {
+        self.maps.delete(fd, key)
+    }
+    fn next_key(&self, fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> std::io::Result<bool> {
+        self.maps.next_key(fd, key, next)
+    }
+    fn possible_cpus(&self) -> usize {
+        2
+    }
+    fn for_each_batch(
+        &self,
+        fd: i32,
+        key_size: usize,
+        value_size: usize,
+        each: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> std::io::Result<()> {
+        let (keys, values) = stap_runtime::host::kmap::walk(&self.maps, fd, key_size, value_size)?;
+        let lookups = self.lookups.get();
+        each(&keys, &values);
+        self.lookups.set(lookups);
+        if fd != 7 {
+            return Ok(());
+        }
+        // Kernel probes write after the snapshot: one element changes,
+        // one goes.
+        self.snapshots.set(self.snapshots.get() + 1);
+        let changed = 998 + self.snapshots.get();
+        self.maps
+            .update(fd, &2i64.to_ne_bytes(), &changed.to_ne_bytes())?;
+        self.maps.delete(fd, &3i64.to_ne_bytes())?;
+        Ok(())
+    }
+}
+
+#[test]
+fn foreach_over_a_kernel_map_reads_values_from_its_snapshot() {
+    let facts = stap_lang::testing::FakeKernel::new();
+    let (module, _) = stap_lang::testing::lower_script(
+        r#"
+global a
+probe end {
+  foreach (k in a+) printf("%d=%d ", k, a[k])
+  println("")
+  foreach (k in a+) { if (k == 1) a[9] = 1; printf("%d=%d ", k, a[k]) }
+  println("")
+}
+"#,
+        &facts,
+    );
+    let a = GlobalId(0);
+    let maps = std::rc::Rc::new(RacingMaps {
+        maps: FakeMaps(Default::default()),
+        lookups: Default::default(),
+        snapshots: Default::default(),
+    });
+    use stap_runtime::host::BpfMapOps;
+    for (key, value) in [(1i64, 10i64), (2, 20), (3, 30)] {
+        maps.update(7, &key.to_ne_bytes(), &value.to_ne_bytes())
+            .unwrap();
+    }
+    let program = HostProgram::compile(&module).unwrap();
+    let mut rt = HostRuntime::new(&module, Output::buffer());
+    rt.globals.attach_kernel_map(a, 7, maps.clone()).unwrap();
+    assert_eq!(program.run_probe(0, &mut rt), Ok(()));
+    let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+    // First loop: the snapshot's values although the kernel changed them,
+    // with no lookup per element (stap holds the array's lock for the whole
+    // loop). Second loop (snapshot {1: 10, 2: 999}, then 2 becomes 1000):
+    // once host code writes a global, `a[k]` reads the map again.
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines, ["1=10 2=20 3=30 ", "1=10 2=1000 "]);
+    assert_eq!(maps.lookups.get(), 2);
+}
+
+/// A /proc/kcore stand-in: an ELF64 file whose one PT_LOAD segment maps
+/// `data` at kernel address `vaddr`.
+fn fake_kcore(path: &std::path::Path, vaddr: u64, data: &[u8]) {
+    let mut elf = vec![0u8; 0x1000];
+    elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+    elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+    elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+    elf[0x38..0x3a].copy_from_slice(&1u16.to_le_bytes()); // e_phnum
+    let ph = &mut elf[64..120];
+    ph[..4].copy_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    ph[8..16].copy_from_slice(&0x1000u64.to_le_bytes()); // p_offset
+    ph[16..24].copy_from_slice(&vaddr.to_le_bytes());
+    ph[32..40].copy_from_slice(&(data.len() as u64).to_le_bytes()); // p_filesz
+    elf.extend_from_slice(data);
+    std::fs::write(path, elf).unwrap();
+}
+
+#[test]
+fn memory_directives_read_kernel_memory_on_the_host() {
+    let dir = std::env::temp_dir().join(format!("stap-rs-jit-kcore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kcore = dir.join("kcore");
+    fake_kcore(&kcore, 0xffff_ffff_8200_0000, b"Linux version 6.18\0");
+    let run_with_kcore = |script: &str| {
+        let facts = stap_lang::testing::FakeKernel::new();
+        let (module, _) = stap_lang::testing::lower_script(script, &facts);
+        let program = HostProgram::compile(&module).unwrap();
+        let mut rt = HostRuntime::new(&module, Output::buffer());
+        rt.kmem = stap_runtime::host::kmem::KernelMemory::from_path(&kcore);
+        let result = program.run_probe(0, &mut rt);
+        (String::from_utf8(rt.output.take_buffer()).unwrap(), result)
+    };
+    let (out, result) = run_with_kcore(
+        r#"probe begin {
+  a = 0xffffffff82000000
+  printf("[%m] [%.5m] [%.5M] [%-7.2m] [%6.1M] [%*.*m]\n", a, a, a, a, a + 1, 4, 3, a + 6)
+  s = sprintf("%.7M", a + 6); println(s)
+}"#,
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        out,
+        "[L] [Linux] [4c696e7578] [Li     ] [    69] [ ver]\n76657273696f6e\n"
+    );
+    // Past the segment's end, and below it: stap's fault message.
+    let (out, result) = run_with_kcore(
+        r#"probe begin { println("before"); printf("%.8m\n", 0xffffffff82000010) }"#,
+    );
+    assert_eq!(out, "before\n");
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "kernel read fault at 0xffffffff82000010"
+    );
+    let (_, result) = run_with_kcore(r#"probe begin { printf("%m", 0) }"#);
+    assert_eq!(result.unwrap_err().to_string(), "kernel read fault at 0x0");
+    let (_, result) = run_with_kcore(r#"probe begin { printf("%#m", 0xffffffff82000000) }"#);
+    assert!(
+        result
+            .unwrap_err()
+            .to_string()
+            .starts_with("unsupported: %#m"),
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sorted_foreach_breaks_ties_by_key() {
+    let (out, result) = run_script(
+        r#"
+global a, s
+probe begin {
+  a[5] = 1; a[3] = 2; a[9] = 1; a[1] = 2; a[7] = -9223372036854775808; a[2] = 9223372036854775807
+  foreach (k in a-) printf("%d ", k)
+  println("")
+  foreach (k in a+ limit 4) printf("%d ", k)
+  println("")
+  s["b"] = 1; s["a"] = 1; s["c"] = 0
+  foreach (name in s-) printf("%s ", name)
+  println("")
+}
+"#,
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(out, "2 1 3 5 9 7 \n7 5 9 1 \na b c \n");
+}
+
+#[test]
+fn foreach_over_kernel_statistics_reads_aggregates_from_its_snapshot() {
+    use stap_lang::bpf::layout::StatLayout;
+    let facts = stap_lang::testing::FakeKernel::new();
+    let (module, _) = stap_lang::testing::lower_script(
+        r#"
+global s
+probe end {
+  foreach (k in s-) printf("%d: %d %d %d\n", k, @count(s[k]), @sum(s[k]), @max(s[k]))
+}
+"#,
+        &facts,
+    );
+    let Storage::Stats { needs, .. } = &module.globals[0].storage else {
+        panic!("s is not a statistic");
+    };
+    let layout = StatLayout::new(needs);
+    let maps = std::rc::Rc::new(RacingMaps {
+        maps: FakeMaps(Default::default()),
+        lookups: Default::default(),
+        snapshots: Default::default(),
+    });
+    use stap_runtime::host::BpfMapOps;
+    // Two CPUs' slots per key: count, sum, then min and max.
+    for (key, cpu0, cpu1) in [
+        (1i64, [2, 10, 3, 7], [1, 4, 4, 4]),
+        (2, [5, 50, 1, 20], [0, 0, 0, 0]),
+    ] {
+        let mut value = vec![0i64; layout.slots as usize * 2];
+        value[..4].copy_from_slice(&cpu0);
+        value[layout.slots as usize..layout.slots as usize + 4].copy_from_slice(&cpu1);
+        let bytes: Vec<u8> = value.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        maps.update(8, &key.to_ne_bytes(), &bytes).unwrap();
+    }
+    let program = HostProgram::compile(&module).unwrap();
+    let mut rt = HostRuntime::new(&module, Output::buffer());
+    rt.globals
+        .attach_kernel_map(GlobalId(0), 8, maps.clone())
+        .unwrap();
+    assert_eq!(program.run_probe(0, &mut rt), Ok(()));
+    let out = String::from_utf8(rt.output.take_buffer()).unwrap();
+    assert_eq!(out, "2: 5 50 20\n1: 3 14 7\n");
+    assert_eq!(maps.lookups.get(), 0, "an extractor went back to the map");
+}

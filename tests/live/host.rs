@@ -467,3 +467,110 @@ fn dump_clif_shows_each_host_function() {
     assert!(!headers.iter().any(|h| h.contains("kfree_skb")), "{text}");
     assert!(text.contains("iadd"), "{text}");
 }
+
+/// `pp()` in host probes is each probe's own point, and host backtraces
+/// say there is none, naming it, as stap's begin/end/timer probes do.
+#[test]
+fn host_probes_know_their_probe_point() {
+    let _one = serial();
+    let done = Live::start(&[
+        "-T",
+        "30",
+        "-e",
+        r#"probe begin { println(pp()) }
+           probe begin(5) { println(pp()) }
+           probe timer.ms(100) { println(pp()); print_backtrace(); exit() }
+           probe end { println(pp()) }"#,
+    ])
+    .finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout,
+        "begin\nbegin(5)\ntimer.ms(100)\n<no kernel backtrace at timer.ms(100)>\nend\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// A full `%` array: on the host the oldest element goes; a kernel-side
+/// one is a BPF LRU hash, which keeps at most its size and the newest key.
+#[test]
+fn wrapping_arrays_make_room() {
+    let _one = serial();
+    let done = Live::start(&[
+        "-T",
+        "30",
+        "-e",
+        r#"global h%[4]
+           probe begin {
+             for (i = 1; i <= 7; i++) h[i] = i
+             foreach (k in h+) printf("%d ", k)
+             println("")
+             exit()
+           }"#,
+    ])
+    .finish();
+    assert_success(&done);
+    assert_eq!(done.stdout, "4 5 6 7 \n", "stderr:\n{}", done.stderr);
+
+    let lengths: Vec<usize> = (1..=40).collect();
+    let script = format!(
+        r#"global k%[16]
+           function record(n) {{ k[n] = n }}
+           {WRITES}
+           probe end {{
+             n = 0
+             foreach (key in k) n++
+             printf("%d %d\n", n, 40 in k)
+           }}"#
+    );
+    let done = run_with_writes(&script, &lengths);
+    assert_success(&done);
+    let (count, newest) = done
+        .stdout
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("unexpected output:\n{}", done.stdout));
+    let count: usize = count.parse().expect("a count");
+    assert!((1..=16).contains(&count), "{}", done.stdout);
+    assert_eq!(newest, "1", "the newest key was evicted:\n{}", done.stdout);
+}
+
+/// `%m`/`%M` in a host probe read kernel memory through /proc/kcore; where
+/// the kernel has none, the read faults with stap's message.
+#[test]
+fn memory_directives_in_host_probes_read_kernel_memory() {
+    let _one = serial();
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let Some(addr) = kallsyms.lines().find_map(|line| {
+        let mut parts = line.split_whitespace();
+        let addr = parts.next()?;
+        (parts.nth(1)? == "linux_banner").then(|| addr.to_string())
+    }) else {
+        eprintln!("stap-rs-skip: linux_banner is not in /proc/kallsyms");
+        return;
+    };
+    if addr.trim_start_matches('0').is_empty() {
+        eprintln!("stap-rs-skip: /proc/kallsyms hides addresses (kptr_restrict)");
+        return;
+    }
+    let script = format!(
+        r#"probe begin {{ printf("[%.5m] [%.5M] [%-7.2m]\n", 0x{addr}, 0x{addr}, 0x{addr}); exit() }}"#
+    );
+    let done = Live::start(&["-T", "30", "-e", &script]).finish();
+    if Path::new("/proc/kcore").exists() {
+        assert_success(&done);
+        assert_eq!(
+            done.stdout, "[Linux] [4c696e7578] [Li     ]\n",
+            "stderr:\n{}",
+            done.stderr
+        );
+    } else {
+        assert_eq!(done.status.code(), Some(1), "stderr:\n{}", done.stderr);
+        let wanted = format!(
+            "ERROR: kernel read fault at 0x{}",
+            addr.trim_start_matches('0')
+        );
+        assert!(done.stderr.contains(&wanted), "{}", done.stderr);
+    }
+}

@@ -57,6 +57,12 @@ pub const TABLE: &[&str] = &[
     "assert",
     "abort",
     "pp",
+    "print_backtrace",
+    "sprint_backtrace",
+    "backtrace",
+    "print_ubacktrace",
+    "print_stack",
+    "sprint_stack",
     "cmdline_str",
     "regex_match",
     "matched",
@@ -225,7 +231,41 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             .unwrap_or_else(|_| b"stap-rs".to_vec())),
         "cmdline_str" => s(std::env::args().collect::<Vec<_>>().join(" ").into_bytes()),
         "target" => l(rt.target),
-        "pp" => s(b"begin".to_vec()),
+        "pp" => s(probe_point(rt).into_bytes()),
+        // A host probe, like stap's begin, end and timer probes, has no
+        // registers to unwind from: stap then says so (in its build without
+        // the inexact stack-guessing fallback), and `backtrace()` is empty.
+        "print_backtrace" => {
+            let text = format!("<no kernel backtrace at {}>\n", probe_point(rt));
+            rtlib::write_output(rt, text.as_bytes());
+            l(0)
+        }
+        // stap copies the printed text less its last byte, the newline.
+        "sprint_backtrace" => {
+            s(format!("<no kernel backtrace at {}>", probe_point(rt)).into_bytes())
+        }
+        "backtrace" => s(Vec::new()),
+        "print_ubacktrace" => {
+            let text = format!("<no user backtrace at {}>\n", probe_point(rt));
+            rtlib::write_output(rt, text.as_bytes());
+            l(0)
+        }
+        "print_stack" => {
+            let mut out = String::new();
+            for addr in stack_addresses(bytes(args, 0)) {
+                out.push_str(&rt.symbols.frame(addr, true));
+            }
+            rtlib::write_output(rt, out.as_bytes());
+            l(0)
+        }
+        "sprint_stack" => {
+            let mut out = String::new();
+            for addr in stack_addresses(bytes(args, 0)) {
+                out.push_str(&rt.symbols.frame(addr, false));
+            }
+            out.pop();
+            s(out.into_bytes())
+        }
         "symname" => s(rt.symbols.name(long(args, 0) as u64).into_bytes()),
         "symdata" => s(rt.symbols.data(long(args, 0) as u64).into_bytes()),
         "modname" => s(rt.symbols.module(long(args, 0) as u64).into_bytes()),
@@ -278,6 +318,33 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "matched" => s(rt.regexes.group(long(args, 0))?),
         other => Err(RuntimeError::Unsupported(format!("{other}() on the host"))),
     }
+}
+
+/// The running probe's point, as `pp()` gives it.
+fn probe_point(rt: &HostRuntime) -> String {
+    rt.probe_points
+        .get(rt.probe)
+        .map_or_else(String::new, |p| String::from_utf8_lossy(p).into_owned())
+}
+
+/// The addresses of a `backtrace()` string: hex numbers separated by
+/// single spaces, read as stap does (up to the first empty token; a
+/// token that is not hex reads as its leading hex digits, or 0).
+fn stack_addresses(stack: &[u8]) -> Vec<u64> {
+    stack
+        .split(|b| *b == b' ')
+        .take_while(|token| !token.is_empty())
+        .map(|token| {
+            let digits = token
+                .strip_prefix(b"0x")
+                .or_else(|| token.strip_prefix(b"0X"))
+                .unwrap_or(token);
+            digits
+                .iter()
+                .map_while(|b| (*b as char).to_digit(16))
+                .fold(0u64, |n, d| n.wrapping_mul(16).wrapping_add(d as u64))
+        })
+        .collect()
 }
 
 /// The text of a print-family call: `printd`/`sprintd` join with their

@@ -27,6 +27,8 @@ pub enum RuntimeError {
         global: String,
         message: String,
     },
+    /// `%m`/`%M` could not read kernel memory at this address.
+    KernelRead(u64),
     /// A printf format could not be applied (pass 2 checks formats, so this
     /// means the IR and the format disagree).
     Format(String),
@@ -53,6 +55,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Map { global, message } => {
                 write!(f, "map operation on `{global}` failed: {message}")
             }
+            RuntimeError::KernelRead(addr) => write!(f, "kernel read fault at 0x{addr:x}"),
             RuntimeError::Format(msg) => write!(f, "bad format: {msg}"),
             RuntimeError::Internal(msg) => write!(f, "internal error: {msg}"),
         }

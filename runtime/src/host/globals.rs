@@ -132,6 +132,12 @@ pub enum ElementValue {
     Stat(Box<Aggregate>),
 }
 
+/// A host-held statistic's samples, moved whole between programs.
+pub struct HostStats {
+    shape: StatShape,
+    table: HashMap<Key, Vec<i64>>,
+}
+
 enum Store {
     Scalar(Value),
     Array(HashMap<Key, Value>),
@@ -146,6 +152,46 @@ struct Slot {
     /// Statistics only.
     shape: Option<StatShape>,
     store: Store,
+    /// `%` arrays in a host table: the insertion order, so that a full
+    /// array evicts its oldest element, as stap does.
+    fifo: Option<Fifo>,
+}
+
+/// Keys in insertion order. An update keeps a key's place; a delete and a
+/// later insert moves it to the end.
+#[derive(Default)]
+struct Fifo {
+    next: u64,
+    by_age: std::collections::BTreeMap<u64, Key>,
+    age: HashMap<Key, u64>,
+}
+
+impl Fifo {
+    fn inserted(&mut self, key: &Key) {
+        if self.age.contains_key(key) {
+            return;
+        }
+        self.next += 1;
+        self.by_age.insert(self.next, key.clone());
+        self.age.insert(key.clone(), self.next);
+    }
+
+    fn removed(&mut self, key: &[Value]) {
+        if let Some(age) = self.age.remove(key) {
+            self.by_age.remove(&age);
+        }
+    }
+
+    fn pop_oldest(&mut self) -> Option<Key> {
+        let (_, key) = self.by_age.pop_first()?;
+        self.age.remove(&key);
+        Some(key)
+    }
+
+    fn clear(&mut self) {
+        self.by_age.clear();
+        self.age.clear();
+    }
 }
 
 pub struct Globals {
@@ -162,7 +208,7 @@ pub struct Globals {
 struct Hint {
     global: GlobalId,
     key: Key,
-    value: Value,
+    value: ElementValue,
 }
 
 impl Globals {
@@ -192,11 +238,13 @@ impl Globals {
                     (Storage::Array { .. }, _) => Store::Array(HashMap::new()),
                     (Storage::Stats { .. }, _) => Store::Stats(HashMap::new()),
                 };
+                let wrap = matches!(g.storage, Storage::Array { wrap: true, .. });
                 Slot {
                     name: g.name.clone(),
                     storage: g.storage.clone(),
                     shape,
                     store,
+                    fifo: wrap.then(Fifo::default),
                 }
             })
             .collect();
@@ -231,7 +279,63 @@ impl Globals {
             map.store_scalar(value)?;
         }
         slot.store = Store::Kernel(map);
+        // The BPF map (an LRU hash for `%` arrays) decides what to evict.
+        slot.fifo = None;
         Ok(())
+    }
+
+    /// [`Globals::attach_kernel_map`] for a map that already holds the
+    /// global's values (the interactive session's shared maps): nothing is
+    /// written to it.
+    pub fn attach_shared_kernel_map(
+        &mut self,
+        id: GlobalId,
+        fd: i32,
+        ops: Rc<dyn BpfMapOps>,
+    ) -> Result<(), RuntimeError> {
+        let max_string_len = self.max_string_len;
+        let slot = self.slot_mut(id)?;
+        slot.store = Store::Kernel(KernelMap::new(
+            fd,
+            ops,
+            slot.storage.clone(),
+            slot.shape,
+            max_string_len as u32,
+            slot.name.clone(),
+        ));
+        slot.fifo = None;
+        Ok(())
+    }
+
+    /// Takes a host-held statistic's samples (leaving it empty), to carry
+    /// them to the next program of the interactive session; `None` for
+    /// other globals.
+    pub fn take_host_stats(&mut self, id: GlobalId) -> Option<HostStats> {
+        let slot = self.slot_mut(id).ok()?;
+        let shape = slot.shape?;
+        match &mut slot.store {
+            Store::Stats(table) => Some(HostStats {
+                shape,
+                table: std::mem::take(table),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Puts samples taken with [`Globals::take_host_stats`] into host-held
+    /// statistic `id`; `false` (nothing changes) when it is not one or its
+    /// layout differs (the new program asks for other aggregates).
+    pub fn put_host_stats(&mut self, id: GlobalId, stats: HostStats) -> bool {
+        let Ok(slot) = self.slot_mut(id) else {
+            return false;
+        };
+        match &mut slot.store {
+            Store::Stats(table) if slot.shape == Some(stats.shape) => {
+                *table = stats.table;
+                true
+            }
+            _ => false,
+        }
     }
 
     pub fn name(&self, id: GlobalId) -> &str {
@@ -279,11 +383,12 @@ impl Globals {
     }
 
     pub fn map_get(&self, id: GlobalId, key: &[Value]) -> Result<Option<Value>, RuntimeError> {
-        if let Some(hint) = &self.hint
-            && hint.global == id
-            && hint.key.as_slice() == key
+        if let Some(Hint {
+            value: ElementValue::Plain(value),
+            ..
+        }) = self.hint_for(id, key)
         {
-            return Ok(Some(hint.value.clone()));
+            return Ok(Some(value.clone()));
         }
         match &self.slot(id)?.store {
             Store::Array(table) => Ok(table.get(key).cloned()),
@@ -309,11 +414,17 @@ impl Globals {
                             max_entries,
                         });
                     }
-                    // `%` arrays make room; hash tables keep no insertion
-                    // order, so an arbitrary element goes.
-                    if let Some(victim) = table.keys().next().cloned() {
+                    // `%` arrays make room: the oldest element goes.
+                    let victim = match &mut slot.fifo {
+                        Some(fifo) => fifo.pop_oldest(),
+                        None => table.keys().next().cloned(),
+                    };
+                    if let Some(victim) = victim {
                         table.remove(&victim);
                     }
+                }
+                if let Some(fifo) = &mut slot.fifo {
+                    fifo.inserted(&key);
                 }
                 table.insert(key, value);
                 Ok(())
@@ -324,7 +435,11 @@ impl Globals {
     }
 
     pub fn map_delete(&mut self, id: GlobalId, key: &[Value]) -> Result<(), RuntimeError> {
-        match &mut self.slot_mut(id)?.store {
+        let slot = self.slot_mut(id)?;
+        if let Some(fifo) = &mut slot.fifo {
+            fifo.removed(key);
+        }
+        match &mut slot.store {
             Store::Array(table) => {
                 table.remove(key);
                 Ok(())
@@ -350,6 +465,9 @@ impl Globals {
     /// `delete g`: empties an array or statistic, resets a scalar.
     pub fn clear(&mut self, id: GlobalId) -> Result<(), RuntimeError> {
         let slot = self.slot_mut(id)?;
+        if let Some(fifo) = &mut slot.fifo {
+            fifo.clear();
+        }
         match &mut slot.store {
             Store::Scalar(v) => {
                 *v = match v {
@@ -400,6 +518,13 @@ impl Globals {
 
     /// The statistic at `key` combined over CPUs (empty if absent).
     pub fn stat(&self, id: GlobalId, key: &[Value]) -> Result<Aggregate, RuntimeError> {
+        if let Some(Hint {
+            value: ElementValue::Stat(agg),
+            ..
+        }) = self.hint_for(id, key)
+        {
+            return Ok((**agg).clone());
+        }
         let slot = self.slot(id)?;
         let shape = slot.shape.ok_or_else(|| wrong_kind(id))?;
         match &slot.store {
@@ -426,19 +551,29 @@ impl Globals {
         self.generation
     }
 
-    /// Remembers the element a foreach over `id` visits, if its snapshot
-    /// (taken at `generation`) is still current and `id` is a host table
-    /// (a BPF map can change under us).
-    pub fn set_hint(&mut self, generation: u64, id: GlobalId, key: Key, value: Value) {
-        let host = matches!(
+    /// Remembers the element (value or aggregate) a foreach over `id`
+    /// visits, if its snapshot (taken at `generation`) is still current: no
+    /// host code changed any global since. For a BPF map, kernel probes may
+    /// have written the element after the snapshot; stap holds the array's
+    /// lock for the whole loop, so there `a[k]` (or `@count(s[k])`) sees
+    /// the value the loop started with, which is the snapshot's.
+    pub fn set_hint(&mut self, generation: u64, id: GlobalId, key: Key, value: ElementValue) {
+        let array = matches!(
             self.slots.get(id.0 as usize).map(|s| &s.store),
-            Some(Store::Array(_))
+            Some(Store::Array(_) | Store::Stats(_) | Store::Kernel(_))
         );
-        self.hint = (host && generation == self.generation).then_some(Hint {
+        self.hint = (array && generation == self.generation).then_some(Hint {
             global: id,
             key,
             value,
         });
+    }
+
+    /// The foreach hint, if it is for element `key` of `id`.
+    fn hint_for(&self, id: GlobalId, key: &[Value]) -> Option<&Hint> {
+        self.hint
+            .as_ref()
+            .filter(|hint| hint.global == id && hint.key.as_slice() == key)
     }
 
     /// Every element, for a foreach snapshot (unsorted).

@@ -23,11 +23,29 @@ pub trait BpfMapOps {
     /// The key after `key` (the first with `None`); `Ok(false)` at the end.
     fn next_key(&self, fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool>;
     fn possible_cpus(&self) -> usize;
-    /// Every entry: keys and values, concatenated. The default walks with
-    /// `next_key` + `lookup`; implement it with `BPF_MAP_LOOKUP_BATCH` for
-    /// big maps.
+    /// Every entry: keys and values, concatenated.
     fn dump(&self, fd: i32, key_size: usize, value_size: usize) -> io::Result<(Vec<u8>, Vec<u8>)> {
-        walk(self, fd, key_size, value_size)
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        self.for_each_batch(fd, key_size, value_size, &mut |k, v| {
+            keys.extend_from_slice(k);
+            values.extend_from_slice(v);
+        })?;
+        Ok((keys, values))
+    }
+    /// Every entry, handed to `each` a batch at a time (keys and values
+    /// concatenated), so a big map is decoded without first being copied
+    /// whole. The default walks with `next_key` + `lookup`; implement it
+    /// with `BPF_MAP_LOOKUP_BATCH` for big maps.
+    fn for_each_batch(
+        &self,
+        fd: i32,
+        key_size: usize,
+        value_size: usize,
+        each: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> io::Result<()> {
+        let (keys, values) = walk(self, fd, key_size, value_size)?;
+        each(&keys, &values);
+        Ok(())
     }
 }
 
@@ -93,13 +111,12 @@ impl KernelMap {
         out
     }
 
-    fn decode_key(&self, bytes: &[u8]) -> Key {
-        let types = key_types(&self.storage);
-        let offsets = layout::key_offsets(types, self.max_string_len);
-        types
+    /// `offsets`: the key's part offsets, computed once by the caller.
+    fn decode_key_at(&self, bytes: &[u8], offsets: &[u32]) -> Key {
+        key_types(&self.storage)
             .iter()
             .zip(offsets)
-            .map(|(ty, at)| decode_value(*ty, &bytes[at as usize..], self.max_string_len))
+            .map(|(ty, at)| decode_value(*ty, &bytes[*at as usize..], self.max_string_len))
             .collect()
     }
 
@@ -249,22 +266,41 @@ impl KernelMap {
     pub fn elements(&self) -> Result<Vec<Element>, RuntimeError> {
         let key_size = layout::key_size(key_types(&self.storage), self.max_string_len) as usize;
         let value_size = self.buffer_size();
-        let (keys, values) = self
-            .ops
-            .dump(self.fd, key_size, value_size)
-            .map_err(|e| self.err(e))?;
-        keys.chunks_exact(key_size.max(1))
-            .zip(values.chunks_exact(value_size.max(1)))
-            .map(|(k, v)| {
-                Ok(Element {
-                    key: self.decode_key(k),
-                    value: match self.shape {
-                        Some(_) => ElementValue::Stat(Box::new(self.aggregate(Some(v))?)),
+        let offsets = layout::key_offsets(key_types(&self.storage), self.max_string_len);
+        let mut elements = Vec::new();
+        let mut failure = None;
+        // Decoded a batch at a time, while the batch is still in cache.
+        self.ops
+            .for_each_batch(self.fd, key_size, value_size, &mut |keys, values| {
+                if failure.is_some() {
+                    return;
+                }
+                let pairs = keys
+                    .chunks_exact(key_size.max(1))
+                    .zip(values.chunks_exact(value_size.max(1)));
+                elements.reserve(pairs.len());
+                for (k, v) in pairs {
+                    let value = match self.shape {
+                        Some(_) => match self.aggregate(Some(v)) {
+                            Ok(agg) => ElementValue::Stat(Box::new(agg)),
+                            Err(e) => {
+                                failure = Some(e);
+                                return;
+                            }
+                        },
                         None => ElementValue::Plain(self.decode_plain(v)),
-                    },
-                })
+                    };
+                    elements.push(Element {
+                        key: self.decode_key_at(k, &offsets),
+                        value,
+                    });
+                }
             })
-            .collect()
+            .map_err(|e| self.err(e))?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(elements),
+        }
     }
 }
 
@@ -299,7 +335,7 @@ fn decode_value(ty: ValType, bytes: &[u8], max_string_len: u32) -> Value {
 
 /// The default `next_key` + `lookup` walk; also the fallback of real map
 /// access where the kernel has no batch operations.
-pub(crate) fn walk(
+pub fn walk(
     ops: &(impl BpfMapOps + ?Sized),
     fd: i32,
     key_size: usize,

@@ -8,6 +8,7 @@ pub mod error;
 pub mod globals;
 pub mod hist;
 pub mod kmap;
+pub mod kmem;
 pub mod output;
 pub mod regexp;
 pub mod rtlib;
@@ -64,6 +65,12 @@ pub struct HostRuntime {
     /// `=~`'s compiled patterns and the captures `matched()` reads.
     pub(crate) regexes: regexp::Regexes,
     pub(crate) limits_max_action: u64,
+    /// Each probe's point as `pp()` gives it, by probe index.
+    pub(crate) probe_points: Rc<[Box<[u8]>]>,
+    /// The probe whose hit is running.
+    pub(crate) probe: usize,
+    /// Where `%m`/`%M` read kernel memory.
+    pub kmem: kmem::KernelMemory,
 }
 
 impl HostRuntime {
@@ -101,6 +108,13 @@ impl HostRuntime {
             tokenize_rest: Vec::new(),
             regexes: regexp::Regexes::default(),
             limits_max_action: module.limits.max_action,
+            probe_points: module
+                .probes
+                .iter()
+                .map(|p| p.point.as_bytes().into())
+                .collect(),
+            probe: 0,
+            kmem: kmem::KernelMemory::default(),
         }
     }
 
@@ -112,8 +126,10 @@ impl HostRuntime {
         self.failed = 1;
     }
 
-    /// Prepares a probe hit: `action_scale` is 10 for begin/end/error.
-    pub(crate) fn begin_hit(&mut self, action_scale: u64) {
+    /// Prepares a hit of probe `probe`: `action_scale` is 10 for
+    /// begin/end/error.
+    pub(crate) fn begin_hit(&mut self, probe: usize, action_scale: u64) {
+        self.probe = probe;
         self.failed = 0;
         self.error = None;
         self.actions = 0;

@@ -423,11 +423,13 @@ pub unsafe extern "C" fn stap_iter_start(
     if limit >= 0 {
         order.truncate(limit as usize);
     }
-    // Sorting indices moves 16 bytes per swap rather than whole elements;
-    // the elements then move into loop order in one pass.
+    // Sorting indices moves a few bytes per swap rather than whole
+    // elements; the elements then move into loop order in one pass, a
+    // tight loop whose scattered reads overlap (spread over the loop
+    // body's work, each would wait for memory on its own).
     let elements = order
         .iter()
-        .map(|&i| take_element(&mut elements[i]))
+        .map(|&i| take_element(&mut elements[i as usize]))
         .collect();
     rt.iters.push(Iter {
         elements,
@@ -441,7 +443,7 @@ pub unsafe extern "C" fn stap_iter_start(
 /// The loop order of a foreach snapshot, as indices into `elements`: by
 /// the requested key part, value or aggregate (reversed when descending),
 /// ties and unsorted loops by key.
-fn sorted(elements: &[Element], sort_by: i64, sort_arg: i64, descending: bool) -> Vec<usize> {
+fn sorted(elements: &[Element], sort_by: i64, sort_arg: i64, descending: bool) -> Vec<u32> {
     let what = stat_value_from_code(sort_arg / 64, sort_arg % 64);
     // The number an element sorts by, where it has one (a string key part
     // or value has none, nor does an unsorted loop).
@@ -472,7 +474,9 @@ fn sorted(elements: &[Element], sort_by: i64, sort_arg: i64, descending: bool) -
         _ => None,
     };
     // Numbers are computed once, not in each of the n·log n comparisons.
-    let numbers: Option<Vec<(i64, usize)>> = elements
+    // Descending order sorts `!n`, which orders as `-n` without overflow.
+    let flip = descending && sort_by >= 0;
+    let numbers: Option<Vec<(i64, u32)>> = elements
         .iter()
         .enumerate()
         .map(|(i, e)| {
@@ -481,25 +485,25 @@ fn sorted(elements: &[Element], sort_by: i64, sort_arg: i64, descending: bool) -
             } else {
                 number(e)
             };
-            n.map(|n| (n, i))
+            n.map(|n| (if flip { !n } else { n }, i as u32))
         })
         .collect();
-    let direct_number = |x: i64, y: i64| {
-        if sort_by < 0 {
-            x.cmp(&y)
-        } else {
-            direct(x.cmp(&y))
-        }
-    };
     if let Some(mut keyed) = numbers {
-        keyed.sort_unstable_by(|&(x, i), &(y, j)| {
-            direct_number(x, y).then_with(|| elements[i].key.cmp(&elements[j].key))
-        });
+        // Plain tuples sort fastest; then each run of equal numbers (ties)
+        // is put in key order.
+        keyed.sort_unstable();
+        for run in keyed.chunk_by_mut(|a, b| a.0 == b.0) {
+            if run.len() > 1 {
+                run.sort_unstable_by(|&(_, i), &(_, j)| {
+                    elements[i as usize].key.cmp(&elements[j as usize].key)
+                });
+            }
+        }
         return keyed.into_iter().map(|(_, i)| i).collect();
     }
-    let mut order: Vec<usize> = (0..elements.len()).collect();
+    let mut order: Vec<u32> = (0..elements.len() as u32).collect();
     order.sort_unstable_by(|&i, &j| {
-        let (a, b) = (&elements[i], &elements[j]);
+        let (a, b) = (&elements[i as usize], &elements[j as usize]);
         let primary = match (sort_by, &a.value, &b.value) {
             (0, _, _) => direct(
                 a.key
@@ -543,9 +547,8 @@ pub unsafe extern "C" fn stap_iter_next(rt: *mut HostRuntime, iter: i64, out: *m
     };
     // SAFETY: as above.
     unsafe { out.add(element.key.len()).write(raw) };
-    if let ElementValue::Plain(value) = element.value {
-        rt.globals.set_hint(generation, global, element.key, value);
-    }
+    rt.globals
+        .set_hint(generation, global, element.key, element.value);
     1
 }
 
@@ -608,12 +611,21 @@ fn format(rt: &mut HostRuntime, id: i64, raw: &[i64], out: &mut Vec<u8>) -> bool
     if format_plain(rt, pieces, raw, out) {
         return true;
     }
+    let memory = match read_memory_args(rt, pieces, raw) {
+        Ok(memory) => memory,
+        Err(e) => {
+            rt.fail(e);
+            return false;
+        }
+    };
     let values: Vec<printf::Value> = kinds
         .iter()
         .zip(raw)
-        .map(|(k, r)| match k {
-            ArgKind::String => printf::Value::Str(rt.str(*r)),
-            ArgKind::Long => printf::Value::Long(*r),
+        .zip(&memory)
+        .map(|((k, r), m)| match (k, m) {
+            (_, Some(bytes)) => printf::Value::Str(bytes),
+            (ArgKind::String, None) => printf::Value::Str(rt.str(*r)),
+            (ArgKind::Long, None) => printf::Value::Long(*r),
         })
         .collect();
     match printf::format(pieces, &values, out) {
@@ -623,6 +635,53 @@ fn format(rt: &mut HostRuntime, id: i64, raw: &[i64], out: &mut Vec<u8>) -> bool
             false
         }
     }
+}
+
+/// The bytes each `%m`/`%M` argument addresses (`None` for the other
+/// arguments): as many as the precision says (default 1), read from kernel
+/// memory, as stap reads it. `%#m` means user memory, and a host probe has
+/// no user task of its own to read.
+fn read_memory_args(
+    rt: &mut HostRuntime,
+    pieces: &[Piece],
+    raw: &[i64],
+) -> Result<Vec<Option<Vec<u8>>>, RuntimeError> {
+    let mut memory = vec![None; raw.len()];
+    let mut at = 0;
+    for piece in pieces {
+        let Piece::Spec(spec) = piece else { continue };
+        if spec.width == Some(printf::Count::Star) {
+            at += 1;
+        }
+        let precision = match spec.precision {
+            Some(printf::Count::Star) => {
+                at += 1;
+                raw.get(at - 1).copied().unwrap_or(1).max(0) as usize
+            }
+            Some(printf::Count::Fixed(n)) => n as usize,
+            None => 1,
+        };
+        let is_memory = matches!(
+            spec.conversion,
+            Conversion::MemoryLower | Conversion::MemoryUpper
+        );
+        if let (true, Some(&addr)) = (is_memory, raw.get(at)) {
+            if spec.flags.alternate {
+                return Err(RuntimeError::Unsupported(
+                    "%#m/%#M (user memory) in a host probe".into(),
+                ));
+            }
+            // The largest precision the formatter honours.
+            let len = precision.min(4096);
+            let bytes = rt
+                .kmem
+                .read(addr as u64, len)
+                .ok_or(RuntimeError::KernelRead(addr as u64))?;
+            memory[at] = Some(bytes);
+        }
+        at += 1;
+    }
+    Ok(memory)
 }
 
 /// # Safety

@@ -70,6 +70,26 @@ impl Symbols {
         }
     }
 
+    /// One frame of a symbolized stack: with `full` as `print_stack` prints
+    /// it (` 0xffffffff81a3b2c0 : tcp_v4_rcv+0x0/0x1030 [kernel]`), else as
+    /// `sprint_stack` (`tcp_v4_rcv+0x0 [kernel]`); each ends in a newline.
+    pub fn frame(&mut self, addr: u64, full: bool) -> String {
+        match (self.lookup(addr), full) {
+            (Some((sym, offset, size)), true) => format!(
+                " 0x{addr:016x} : {}+0x{offset:x}/0x{size:x} [{}]\n",
+                sym.name,
+                sym.module.as_deref().unwrap_or("kernel")
+            ),
+            (Some((sym, offset, _)), false) => format!(
+                "{}+0x{offset:x} [{}]\n",
+                sym.name,
+                sym.module.as_deref().unwrap_or("kernel")
+            ),
+            (None, true) => format!(" 0x{addr:016x}\n"),
+            (None, false) => format!("0x{addr:x}\n"),
+        }
+    }
+
     /// `kernel` or the module's name; stap prints `<unknown>` otherwise.
     pub fn module(&mut self, addr: u64) -> String {
         match self.lookup(addr) {

@@ -90,7 +90,7 @@ impl HostProgram {
             .copied()
             .flatten()
             .ok_or_else(|| RuntimeError::Internal(format!("probe {probe} has no host code")))?;
-        rt.begin_hit(scale);
+        rt.begin_hit(probe, scale);
         // SAFETY: `entry` was compiled by `build` for a handler, which has
         // the signature `extern "C" fn(*mut HostRuntime)` (handlers take no
         // parameters and return nothing); the JIT memory lives as long as

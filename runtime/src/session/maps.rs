@@ -2,6 +2,8 @@
 //! bpf(2) wrappers of `crate::sys`, with batched reads for whole-map dumps
 //! (foreach and printing over big arrays).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -15,13 +17,28 @@ const KERNEL_ENOTSUPP: i32 = 524;
 
 pub struct SysMapOps {
     cpus: usize,
+    /// Each map's sizes, asked for once (BPF_OBJ_GET_INFO_BY_FD) rather
+    /// than on every element access. The session's fds stay open, and so
+    /// keep their maps, for as long as this exists.
+    maps: RefCell<HashMap<i32, MapRef<'static>>>,
 }
 
 impl SysMapOps {
     pub fn new() -> SysMapOps {
         SysMapOps {
             cpus: sys::possible_cpus().unwrap_or(1).max(1),
+            maps: RefCell::new(HashMap::new()),
         }
+    }
+
+    fn map(&self, fd: i32) -> io::Result<MapRef<'static>> {
+        if let Some(map) = self.maps.borrow().get(&fd) {
+            return Ok(*map);
+        }
+        // SAFETY: the runtime only holds fds the session handed it.
+        let map = MapRef::new(unsafe { borrow(fd) })?;
+        self.maps.borrow_mut().insert(fd, map);
+        Ok(map)
     }
 }
 
@@ -35,45 +52,45 @@ unsafe fn borrow(fd: i32) -> BorrowedFd<'static> {
 
 impl BpfMapOps for SysMapOps {
     fn lookup(&self, fd: i32, key: &[u8], value: &mut [u8]) -> io::Result<bool> {
-        // SAFETY: the runtime only holds fds the session handed it.
-        sys::map_lookup(unsafe { borrow(fd) }, key, value)
+        self.map(fd)?.lookup(key, value)
     }
 
     fn update(&self, fd: i32, key: &[u8], value: &[u8]) -> io::Result<()> {
-        // SAFETY: as above.
-        sys::map_update(unsafe { borrow(fd) }, key, value, 0)
+        self.map(fd)?.update(key, value, 0)
     }
 
     fn delete(&self, fd: i32, key: &[u8]) -> io::Result<bool> {
-        // SAFETY: as above.
-        sys::map_delete(unsafe { borrow(fd) }, key)
+        self.map(fd)?.delete(key)
     }
 
     fn next_key(&self, fd: i32, key: Option<&[u8]>, next: &mut [u8]) -> io::Result<bool> {
-        // SAFETY: as above.
-        sys::map_next_key(unsafe { borrow(fd) }, key, next)
+        self.map(fd)?.next_key(key, next)
     }
 
     fn possible_cpus(&self) -> usize {
         self.cpus
     }
 
-    fn dump(&self, fd: i32, key_size: usize, value_size: usize) -> io::Result<(Vec<u8>, Vec<u8>)> {
-        // SAFETY: as above.
-        let map = MapRef::new(unsafe { borrow(fd) })?;
+    fn for_each_batch(
+        &self,
+        fd: i32,
+        key_size: usize,
+        value_size: usize,
+        each: &mut dyn FnMut(&[u8], &[u8]),
+    ) -> io::Result<()> {
+        let map = self.map(fd)?;
         if value_size != map.value_len() {
             return Err(io::Error::other(format!(
                 "map dump with {value_size}-byte values, the map's take {}",
                 map.value_len()
             )));
         }
-        let (mut keys, mut values) = (Vec::new(), Vec::new());
         let mut key_buf = vec![0u8; key_size.max(1) * BATCH_ELEMENTS];
         let mut value_buf = vec![0u8; value_size.max(1) * BATCH_ELEMENTS];
         let cursor_len = key_size.max(8);
         let mut cursor: Option<Vec<u8>> = None;
+        let mut next = vec![0u8; cursor_len];
         loop {
-            let mut next = vec![0u8; cursor_len];
             let batch = match map.lookup_batch(
                 cursor.as_deref(),
                 &mut next,
@@ -89,16 +106,24 @@ impl BpfMapOps for SysMapOps {
                             Some(libc::EINVAL | libc::EOPNOTSUPP | KERNEL_ENOTSUPP)
                         ) =>
                 {
-                    return crate::host::kmap::walk(self, fd, key_size, value_size);
+                    let (keys, values) = crate::host::kmap::walk(self, fd, key_size, value_size)?;
+                    each(&keys, &values);
+                    return Ok(());
                 }
                 Err(e) => return Err(e),
             };
-            keys.extend_from_slice(&key_buf[..batch.count * key_size]);
-            values.extend_from_slice(&value_buf[..batch.count * value_size]);
+            each(
+                &key_buf[..batch.count * key_size],
+                &value_buf[..batch.count * value_size],
+            );
             if batch.done {
-                return Ok((keys, values));
+                return Ok(());
             }
-            cursor = Some(next);
+            // The cursor the kernel wrote becomes the next call's input.
+            match &mut cursor {
+                Some(c) => std::mem::swap(c, &mut next),
+                None => cursor = Some(std::mem::replace(&mut next, vec![0u8; cursor_len])),
+            }
         }
     }
 }
