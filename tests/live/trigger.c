@@ -4,9 +4,15 @@
  *                                    the SYN is dropped in tcp_v4_rcv)
  *   trigger NAME udp ADDR PORT       one UDP datagram to ADDR:PORT
  *   trigger NAME spin SECONDS        busy loop on one CPU
+ *   trigger NAME sockops PORT        TCP: connect to 127.0.0.1:PORT (listening),
+ *                                    setsockopt TCP_NODELAY, send 5 bytes,
+ *                                    disconnect (connect AF_UNSPEC), close;
+ *                                    UDP: connect to the same port,
+ *                                    disconnect, close
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,11 +56,39 @@ static int spin(double seconds) {
     return 0;
 }
 
+static int unspec_connect(int fd) {
+    struct sockaddr unspec;
+    memset(&unspec, 0, sizeof unspec);
+    unspec.sa_family = AF_UNSPEC;
+    return connect(fd, &unspec, sizeof unspec);
+}
+
+static int sockops(int port) {
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = htons((unsigned short)port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int tcp = socket(AF_INET, SOCK_STREAM, 0);
+    if (tcp < 0 || connect(tcp, (struct sockaddr *)&to, sizeof to) < 0) { perror("tcp connect"); return 1; }
+    int one = 1;
+    if (setsockopt(tcp, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0) { perror("setsockopt"); return 1; }
+    if (send(tcp, "hello", 5, 0) != 5) { perror("send"); return 1; }
+    if (unspec_connect(tcp) < 0) { perror("tcp disconnect"); return 1; }
+    close(tcp);
+    int udp = socket(AF_INET, SOCK_DGRAM, 0);
+    if (udp < 0 || connect(udp, (struct sockaddr *)&to, sizeof to) < 0) { perror("udp connect"); return 1; }
+    if (unspec_connect(udp) < 0) { perror("udp disconnect"); return 1; }
+    close(udp);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     prctl(PR_SET_NAME, argv[1], 0, 0, 0);
     if (strcmp(argv[2], "connect") == 0 && argc == 4) return send_to(SOCK_STREAM, "127.0.0.1", atoi(argv[3]));
     if (strcmp(argv[2], "udp") == 0 && argc == 5) return send_to(SOCK_DGRAM, argv[3], atoi(argv[4]));
     if (strcmp(argv[2], "spin") == 0 && argc == 4) return spin(atof(argv[3]));
+    if (strcmp(argv[2], "sockops") == 0 && argc == 4) return sockops(atoi(argv[3]));
     return usage();
 }

@@ -249,13 +249,17 @@ fn function_context(
     let mut unreadable = Vec::new();
     let mut vars = Vec::new();
     let mut entry_vars = Vec::new();
-    for (i, p) in proto.params.iter().enumerate() {
+    // Arguments are numbered by register (the fentry ctx word or the
+    // pt_regs argument register), not by position.
+    let mut slot = 0;
+    for p in &proto.params {
         let var = ContextVar {
             name: p.name.clone(),
             ty: p.ty,
             type_name: facts.type_name(p.ty),
-            source: ContextSource::FunctionParam(i as u32),
+            source: ContextSource::FunctionParam(slot),
         };
+        slot += arg_slots(facts, p.ty);
         if kretprobe {
             unreadable.push((
                 p.name.clone(),
@@ -270,11 +274,19 @@ fn function_context(
         }
         vars.push(var);
     }
+    // fexit's return value follows the argument words, which the backend
+    // counts one per parameter: past a two-word struct, name the word.
+    let struct_args = slot as usize != proto.params.len();
+    let ret_source = if struct_args && mechanism == FunctionMechanism::Fentry {
+        ContextSource::FunctionParam(slot)
+    } else {
+        ContextSource::Return
+    };
     let ret = proto.ret.filter(|_| is_return).map(|ty| ContextVar {
         name: "return".to_string(),
         ty,
         type_name: facts.type_name(ty),
-        source: ContextSource::Return,
+        source: ret_source,
     });
     ProbeContext {
         family: "kernel.function",
@@ -284,6 +296,16 @@ fn function_context(
         unreadable,
         entry_vars,
         ..ProbeContext::default()
+    }
+}
+
+/// The 8-byte argument registers a parameter of type `ty` takes in the
+/// x86_64 and BPF calling conventions: two for a struct of 9 to 16 bytes
+/// passed by value (such as sockptr_t), else one.
+fn arg_slots(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
+    match facts.kind(ty) {
+        TypeKind::Struct { size, .. } if (9..=16).contains(&size) => 2,
+        _ => 1,
     }
 }
 
@@ -507,7 +529,8 @@ impl<'a> Elaborator<'a> {
                 .map(|a| (a.name.clone(), a.ast))
                 .collect();
             if !aliases.is_empty() {
-                return self.expand_aliases(aliases, span, chain);
+                let wildcard = pattern.iter().any(|p| has_wildcard(p));
+                return self.expand_aliases(aliases, wildcard, span, chain);
             }
         }
         let written = render(comps);
@@ -522,13 +545,19 @@ impl<'a> Elaborator<'a> {
         )
     }
 
+    /// Expands the aliases a point matched. Under a wildcard, as for
+    /// `kernel.function("tcp_*")`, an alias this kernel cannot run (a
+    /// function-only alias without fentry or kprobes) is left out, and
+    /// it is an error only if none of them resolves.
     fn expand_aliases(
         &mut self,
         aliases: Vec<(String, &'a ast::ProbeAlias)>,
+        wildcard: bool,
         span: Span,
         chain: &mut Vec<String>,
     ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
         let mut out = Vec::new();
+        let mut first_error = None;
         for (name, alias) in aliases {
             if chain.contains(&name) {
                 return Err(Diagnostic::error(format!("recursive probe alias `{name}`"))
@@ -540,9 +569,14 @@ impl<'a> Elaborator<'a> {
             let (resolved, errors) = self.resolve_list(&alias.points, chain, false);
             chain.pop();
             if let Some(first) = errors.into_iter().next() {
-                return Err(first
+                let error = first
                     .also(span, format!("while expanding alias `{name}` used here"))
-                    .note(format!("in probe alias `{name}`")));
+                    .note(format!("in probe alias `{name}`"));
+                if !wildcard {
+                    return Err(error);
+                }
+                first_error.get_or_insert(error);
+                continue;
             }
             for mut r in resolved {
                 r.alias_chain.insert(0, name.clone());
@@ -555,7 +589,10 @@ impl<'a> Elaborator<'a> {
                 out.push(r);
             }
         }
-        Ok(out)
+        match first_error {
+            Some(error) if out.is_empty() => Err(error),
+            _ => Ok(out),
+        }
     }
 
     /// The built-in families. `Ok(None)`: not one of them (maybe an alias).
@@ -1319,6 +1356,47 @@ mod tests {
             mechanism(entry, &facts, KernelProbes::Kprobe),
             Ok(FunctionMechanism::Kprobe)
         );
+    }
+
+    /// The number of probes the script elaborates to, or the errors.
+    fn probe_count(script: &str, facts: &FakeKernel) -> Result<usize, String> {
+        let env = PreprocessEnv {
+            kernel: facts.version(),
+            arch: "x86_64".into(),
+            config: &|_| None,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("script.stp", script);
+        let parsed = parse_file(&map, id, &env);
+        let (program, diags) = elaborate(&[parsed.file], &[], facts, &ElabOptions::default());
+        program
+            .map(|p| p.probes.len())
+            .ok_or_else(|| render_plain(&map, &diags))
+    }
+
+    /// Without fentry or kprobes, a wildcard over aliases leaves out the
+    /// function-only ones; naming one is still an error.
+    #[test]
+    fn wildcard_aliases_leave_out_the_ones_this_kernel_cannot_run() {
+        let host = FakeKernel::like_this_host();
+        let aliases = r#"probe my.trace = kernel.trace("kfree_skb") { }
+                         probe my.func = kernel.function("tcp_sendmsg") { }
+                      "#;
+        assert_eq!(
+            probe_count(&format!("{aliases} probe my.* {{ }}"), &host),
+            Ok(1)
+        );
+        let named = probe_count(&format!("{aliases} probe my.func {{ }}"), &host).unwrap_err();
+        assert!(
+            named.contains("cannot be probed on this kernel")
+                && named.contains("in probe alias `my.func`"),
+            "{named}"
+        );
+        let none = format!("{aliases} probe my.f* {{ }}");
+        let error = probe_count(&none, &host).unwrap_err();
+        assert!(error.contains("in probe alias `my.func`"), "{error}");
+        assert_eq!(probe_count(&none, &FakeKernel::new()), Ok(1));
     }
 
     #[test]
