@@ -15,7 +15,10 @@ struct Tmux {
 
 impl Tmux {
     fn start(command: &str) -> Tmux {
-        let socket = format!("stap-rs-repl-{}", std::process::id());
+        // One server per test: tests run in parallel.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("stap-rs-repl-{}-{n}", std::process::id());
         let dir = std::env::temp_dir().join(&socket);
         std::fs::create_dir_all(&dir).unwrap();
         let tmux = Tmux { socket, dir };
@@ -44,8 +47,26 @@ impl Tmux {
 
     /// Types one line (literally) and Enter.
     fn type_line(&self, line: &str) {
-        self.run(&["send-keys", "-l", line]);
+        self.type_text(line);
         self.run(&["send-keys", "Enter"]);
+    }
+
+    /// Types text (literally), no Enter.
+    fn type_text(&self, text: &str) {
+        self.run(&["send-keys", "-l", text]);
+    }
+
+    /// Presses one key (`Tab`, `C-c`).
+    fn press(&self, key: &str) {
+        self.run(&["send-keys", key]);
+    }
+
+    /// Ctrl-C, then waits for the fresh prompt (keys typed before it
+    /// would be flushed when the editor takes the terminal again).
+    fn cancel(&self) {
+        let prompts = self.screen().matches("stap>").count();
+        self.press("C-c");
+        self.wait_for("stap>", prompts + 1);
     }
 
     /// Waits until the screen shows `text` `times` times.
@@ -113,7 +134,7 @@ fn stap(args: &[&str]) -> Output {
 }
 
 #[test]
-fn a_session_adds_a_kernel_probe_prints_its_global_and_saves_a_runnable_script() {
+fn probes_are_added_without_a_restart_detached_reattached_and_saved() {
     if let Some(reason) = skip_reason() {
         eprintln!("stap-rs-skip: {reason}");
         return;
@@ -137,13 +158,65 @@ fn a_session_adds_a_kernel_probe_prints_its_global_and_saves_a_runnable_script()
     // An error leaves the session (and its global's value) alone.
     let screen = tmux.enter("no_such_function()");
     assert!(screen.contains("error"), "{screen}");
-    let screen = tmux.enter(":probes");
-    assert!(
-        screen.contains(r#"  1  probe kernel.trace("kfree_skb") {"#),
-        "{screen}"
-    );
     let counted = drops_counted(&tmux.enter(":print funcs"));
     assert!(counted >= 5, "{counted}");
+    let hits = probe_hits(&tmux.enter(":probes"), 1, "kfree_skb");
+    assert!(hits >= 5, "{hits}");
+
+    // A second probe and a global of its own: the first probe is not
+    // restarted. Its program's run count (BPF run statistics) would start
+    // again from 0 if it had been reloaded, and its global keeps counting.
+    tmux.enter("global ticks, tick_stats");
+    tmux.enter("probe timer.ms(50) { ticks++; tick_stats <<< 1 }");
+    std::thread::sleep(Duration::from_millis(300));
+    let host_samples = stat_count(&tmux.enter(":print tick_stats"), "tick_stats");
+    assert!(host_samples > 0, "{host_samples}");
+    tmux.enter("global opens");
+    tmux.enter(r#"probe kernel.trace("syscalls:sys_enter_openat") { opens <<< 1 }"#);
+    let screen = tmux.enter(":probes");
+    assert!(probe_hits(&screen, 1, "kfree_skb") >= hits, "{screen}");
+    assert!(screen.contains("sys_enter_openat"), "{screen}");
+    assert!(screen.contains("timer.ms(50)"), "{screen}");
+    let kept = drops_counted(&tmux.enter(":print funcs"));
+    assert!(kept >= counted, "{kept} < {counted}");
+    // Statistics keep their samples too: host-held ones are carried to the
+    // next host program, map-held ones stay in their map.
+    // The timer adds one sample per tick: had its statistic restarted with
+    // a host program, it would hold fewer samples than `ticks` counted.
+    let screen = tmux.enter(":globals");
+    let carried = stat_count(&screen, "tick_stats");
+    assert!(carried >= host_samples, "{carried} < {host_samples}");
+    let ticks: i64 = screen
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("ticks="))
+        .unwrap_or_else(|| panic!("no ticks:\n{screen}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(carried, ticks, "{screen}");
+    let opens = stat_count(&tmux.enter(":print opens"), "opens");
+    tmux.enter(r#"probe end { printf("%d opens\n", @count(opens)) }"#);
+    let more_opens = stat_count(&tmux.enter(":print opens"), "opens");
+    assert!(more_opens >= opens, "{more_opens} < {opens}");
+
+    // Detached, the probe no longer counts; attached again, it does.
+    let screen = tmux.enter(":detach 1");
+    assert!(screen.contains("detached probe 1"), "{screen}");
+    let before = drops_counted(&tmux.enter(":print funcs"));
+    make_drops();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = drops_counted(&tmux.enter(":print funcs"));
+    assert_eq!(after, before, "a detached probe counted drops");
+    let screen = tmux.enter(":probes");
+    assert!(screen.contains("detached  kernel.trace"), "{screen}");
+    tmux.enter(":attach 1");
+    make_drops();
+    let again = drops_counted(&tmux.enter(":print funcs"));
+    assert!(
+        again >= after + 5,
+        "{again} after re-attaching, {after} before"
+    );
 
     let script = tmux.dir.join("saved.stp");
     let screen = tmux.enter(&format!(":save {}", script.display()));
@@ -151,17 +224,86 @@ fn a_session_adds_a_kernel_probe_prints_its_global_and_saves_a_runnable_script()
     check_saved_script_runs(&script);
 
     let screen = tmux.enter(":help");
-    assert!(screen.contains(":print NAME"), "{screen}");
-
-    // A new probe restarts the program; the global keeps its count.
-    tmux.enter(r#"probe end { printf("bye %d\n", funcs["tcp_v4_rcv"]) }"#);
-    let kept = drops_counted(&tmux.enter(":print funcs"));
-    assert!(kept >= counted, "{kept} < {counted}");
+    assert!(screen.contains(":detach ID"), "{screen}");
 
     // :quit runs end probes.
+    tmux.enter(r#"probe end { printf("bye %d\n", funcs["tcp_v4_rcv"]) }"#);
     tmux.type_line(":quit");
     let screen = tmux.wait_for("\nbye ", 1);
     eprintln!("{screen}");
+}
+
+#[test]
+fn tab_completes_kernel_names_output_spares_the_typed_line_and_history_is_kept() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let tmux = Tmux::start(&format!("{} -i", env!("CARGO_BIN_EXE_stap-rs")));
+    tmux.wait_for("stap>", 1);
+
+    // A tracepoint name, from tracefs.
+    tmux.type_text(r#"probe kernel.trace("net:net_dev_que"#);
+    tmux.press("Tab");
+    tmux.wait_for(r#"probe kernel.trace("net:net_dev_queue"#, 1);
+    tmux.cancel();
+
+    // A member of the tracepoint argument's struct, from BTF.
+    tmux.type_text(r#"probe kernel.trace("kfree_skb") { printf("%d\n", $skb->protoc"#);
+    tmux.press("Tab");
+    tmux.wait_for("$skb->protocol", 1);
+    tmux.cancel();
+
+    // Through @cast, and a second level.
+    tmux.type_text(r#"printf("%d\n", @cast(0, "struct sk_buff")->dev->ifind"#);
+    tmux.press("Tab");
+    tmux.wait_for(r#""struct sk_buff")->dev->ifindex"#, 1);
+    tmux.cancel();
+
+    // A kernel function, from BTF: two candidates, listed on a second Tab.
+    tmux.type_text(r#"probe kernel.function("tcp_v4_conn"#);
+    tmux.press("Tab");
+    tmux.press("Tab");
+    tmux.wait_for("tcp_v4_connect", 1);
+    tmux.cancel();
+
+    // Probe output arriving while a line is typed goes above it (rustyline's
+    // external printer): the half-typed line stays whole, last on screen.
+    tmux.enter(r#"probe timer.ms(100) { printf("tick\n") }"#);
+    tmux.type_text(r#"printf("half typed"#);
+    let ticks = tmux.screen().matches("tick\n").count();
+    let screen = tmux.wait_for("tick\n", ticks + 3);
+    let last = screen.lines().rev().find(|l| !l.trim().is_empty()).unwrap();
+    assert_eq!(last.trim_end(), r#"stap> printf("half typed"#, "{screen}");
+    tmux.cancel();
+
+    // History goes to $HOME/.stap-rs_history.
+    tmux.enter(r#"printf("%d\n", 6*7)"#);
+    let history = std::fs::read_to_string(tmux.dir.join(".stap-rs_history")).unwrap();
+    assert!(history.contains("6*7"), "{history}");
+    tmux.type_line(":quit");
+}
+
+/// The hit count `:probes` shows for probe `id`, checking its point.
+fn probe_hits(screen: &str, id: usize, point: &str) -> u64 {
+    let table = &screen[screen.rfind("id        hits").unwrap_or(0)..];
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&id.to_string()))
+        .unwrap_or_else(|| panic!("no probe {id}:\n{screen}"));
+    assert!(row.contains(point), "{row}");
+    row.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// N from the last `NAME @count=N ...` line on the screen.
+fn stat_count(screen: &str, name: &str) -> i64 {
+    let prefix = format!("{name} @count=");
+    let line = screen
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix}:\n{screen}"));
+    line.split_whitespace().next().unwrap().parse().unwrap()
 }
 
 /// The last `funcs["tcp_v4_rcv"]=N` on the screen.

@@ -17,18 +17,25 @@
 //!    (skipped after an error ending, where error probes ran instead), every
 //!    probe is detached, and the error/skip/loss warnings are printed.
 //!
+//! The interactive session runs the same steps through [`run_live`], against
+//! a [`KernelState`] that outlives each host program: only the new input's
+//! kernel probes are loaded and attached, the run flag stays set while one
+//! host program replaces another, and every generation's ring buffer is
+//! polled (see `session/live.rs`).
+//!
 //! The Control map's value layout is `stap_lang::bpf::maps` (`u64` slots:
 //! the run flag, realtime minus monotonic in ns for `gettimeofday_*`, and
 //! `target()`):
 //! the session writes it, kernel handlers read it.
 
 pub mod child;
+pub mod live;
 mod maps;
 mod signals;
 mod timers;
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
@@ -38,7 +45,7 @@ use stap_lang::bpf::records::{self, Arg, RecordBody};
 use stap_lang::bpf::{MapRole, Object};
 use stap_lang::ir::{self, FormatId, Op, PrintArg, ProbeHandler, SymbolText};
 use stap_lang::printf::{self, Piece};
-use stap_lang::sema::hir::ProbeKind;
+use stap_lang::sema::hir::{GlobalId, ProbeKind};
 use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};
@@ -47,6 +54,7 @@ use crate::load::{self, LoadError, Loaded};
 use crate::ringbuf::RingBuf;
 use crate::sys;
 use child::TargetCommand;
+pub use live::KernelState;
 use signals::StopSignals;
 use timers::{HostTimer, clock_ns, monotonic_ns};
 
@@ -111,8 +119,10 @@ pub struct Outcome {
 /// points of a run. The defaults are a plain `stap-rs SCRIPT` run.
 pub trait Hooks {
     /// The maps are loaded and attached to the globals, before any begin
-    /// probe: the place to restore values kept from an earlier run.
-    fn loaded(&mut self, _runtime: &mut HostRuntime) {}
+    /// probe: the place to restore values kept from an earlier run into
+    /// the globals `fresh` says are new (host tables and new maps; a shared
+    /// map already holds its values).
+    fn loaded(&mut self, _runtime: &mut HostRuntime, _fresh: &dyn Fn(GlobalId) -> bool) {}
     /// Whether begin probe N (an index into the module's probes) runs.
     fn run_begin(&self, _probe: usize) -> bool {
         true
@@ -121,12 +131,14 @@ pub trait Hooks {
     fn poll_every(&self) -> Option<Duration> {
         None
     }
-    /// Called from the event loop; `true` ends the session.
-    fn poll(&mut self, _runtime: &mut HostRuntime) -> bool {
+    /// Called from the event loop; `true` ends the session. `kernel` is the
+    /// interactive session's kernel half.
+    fn poll(&mut self, _runtime: &mut HostRuntime, _kernel: Option<&mut KernelState>) -> bool {
         false
     }
-    /// The session is ending (kernel handlers are off); returns whether
-    /// end probes run. The place to save global values.
+    /// The session is ending; returns whether end probes run. The place to
+    /// save global values. In a live run (see [`run_live`]) `false` also
+    /// keeps the kernel probes running, for the host program that follows.
     fn ending(&mut self, _runtime: &mut HostRuntime) -> bool {
         true
     }
@@ -176,26 +188,24 @@ pub fn run_with_hooks(
 
     let object = compiled.object;
     let loaded = load::load(object).map_err(SessionError::Load)?;
-    let control =
-        find_map(object, &loaded, |r| matches!(r, MapRole::Control)).map(|(fd, value_size)| {
-            Control {
-                fd,
-                value_size,
-                target,
-            }
-        });
+    let control = match find_map(object, &loaded, |r| matches!(r, MapRole::Control)) {
+        Some((fd, value_size)) => Some(Control::new(fd, value_size, target)?),
+        None => None,
+    };
     if let Some(control) = &control {
         control
             .write(false)
             .map_err(setup("cannot write the Control map"))?;
     }
-    let mut events = match find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
-        Some((fd, _)) => Some((
-            RingBuf::new(fd, events_size(object)).map_err(setup("cannot map the ring buffer"))?,
+    let mut feeds = Vec::new();
+    if let Some((fd, _)) = find_map(object, &loaded, |r| matches!(r, MapRole::Events)) {
+        feeds.push(Feed::new(
             fd,
-        )),
-        None => None,
-    };
+            events_size(object),
+            compiled.module,
+            compiled.sources,
+        )?);
+    }
     let mut runtime = HostRuntime::new(compiled.module, output);
     runtime.target = i64::from(target);
     let ops = Rc::new(maps::SysMapOps::new());
@@ -216,7 +226,7 @@ pub fn run_with_hooks(
         // with attaching rather than delaying start-up or the first event.
         runtime.symbols.preload();
     }
-    hooks.loaded(&mut runtime);
+    hooks.loaded(&mut runtime, &|_| true);
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
 
     let mut session = Session {
@@ -224,57 +234,21 @@ pub fn run_with_hooks(
         settings,
         control,
         runtime,
-        formats: vec![None; compiled.module.formats.len()],
+        feeds,
         errors: 0,
         error_ending: false,
         ending: false,
         hooks,
+        kernel: None,
+        hold_output: false,
     };
-    let begins: Vec<bool> = (0..compiled.module.probes.len())
-        .map(|i| session.hooks.run_begin(i))
-        .collect();
-    session.run_probes(|i, kind| matches!(kind, ProbeKind::Begin { .. }) && begins[i]);
-    if let Some(control) = &session.control
-        && let Err(e) = control.write(true)
-    {
-        session.stop_with_warning(&format!("cannot start the kernel probes: {e}"));
-    }
-    ready();
-    if let Some(command) = &mut command {
-        command.release();
-    }
-    if !session.ending {
-        let events = events.as_mut().map(|(ring, fd)| (ring, *fd));
-        session.event_loop(events, &signals, command.as_mut());
-    }
-
-    // Ending: handlers off, then whatever they wrote before that.
-    if let Some(control) = &session.control {
-        let _ = control.write(false);
-    }
-    if let Some((ring, _)) = events.as_mut() {
-        session.drain(ring);
-    }
-    let run_end = session.hooks.ending(&mut session.runtime);
-    if session.error_ending {
-        session.run_probes(|_, kind| matches!(kind, ProbeKind::Error { .. }));
-    } else if run_end {
-        session.run_probes(|_, kind| matches!(kind, ProbeKind::End { .. }));
-    }
-    let _ = session.runtime.output.flush();
+    session.start(ready, command.as_mut(), &signals);
+    session.finish();
     let counters = find_map(object, &loaded, |r| matches!(r, MapRole::Counters));
     let skipped = attached.skipped() + read_counter(counters, bpf_maps::COUNTER_SKIPPED);
     let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS);
     drop(attached);
-    if session.errors > 0 || skipped > 0 {
-        eprintln!(
-            "WARNING: Number of errors: {}, skipped probes: {skipped}",
-            session.errors
-        );
-    }
-    if lost > 0 {
-        eprintln!("WARNING: {lost} events lost: the ring buffer was full");
-    }
+    report_losses(session.errors, skipped, lost);
     drop(signals);
     Ok(Outcome {
         errors: session.errors,
@@ -282,22 +256,246 @@ pub fn run_with_hooks(
     })
 }
 
+fn report_losses(errors: u64, skipped: u64, lost: u64) {
+    if errors > 0 || skipped > 0 {
+        eprintln!("WARNING: Number of errors: {errors}, skipped probes: {skipped}");
+    }
+    if lost > 0 {
+        eprintln!("WARNING: {lost} events lost: the ring buffer was full");
+    }
+}
+
+/// A generation of the interactive session: the module and sources its
+/// kernel records are decoded with.
+#[derive(Clone, Copy)]
+pub struct Generation<'a> {
+    pub module: &'a ir::Module,
+    pub sources: &'a SourceMap,
+}
+
+/// One host program of the interactive session, against its long-lived
+/// kernel half: the programs `chosen` picks (the new input's kernel
+/// probes) are loaded and attached next to those already running
+/// ([`KernelState::add`]), which stay attached; then begin probes, the
+/// event loop over every generation's ring buffer, and the ending. The
+/// run is generation `older.len()`; `older[g]` decodes generation g's
+/// records. No `-c`/`-x`/`-o`/`-T` here.
+pub fn run_live(
+    compiled: &Compiled<'_>,
+    kernel: &mut KernelState,
+    older: &[Generation<'_>],
+    chosen: &dyn Fn(usize) -> bool,
+    ready: &mut dyn FnMut(),
+    hooks: &mut dyn Hooks,
+) -> Result<(Outcome, live::Added), SessionError> {
+    let generation = older.len();
+    let added = kernel
+        .add(compiled.object, compiled.module, generation, chosen)
+        .map_err(|e| match e {
+            live::AddError::Load(e) => SessionError::Load(e),
+            live::AddError::Attach(e) => SessionError::Attach(e),
+            live::AddError::Layout(what) => SessionError::Setup(what),
+        })?;
+    let control = match kernel.control() {
+        Some((fd, value_size)) => Some(Control::new(fd, value_size, 0)?),
+        None => None,
+    };
+    if let Some(control) = &control
+        && !kernel.running
+    {
+        control
+            .write(false)
+            .map_err(setup("cannot write the Control map"))?;
+    }
+    let this = Generation {
+        module: compiled.module,
+        sources: compiled.sources,
+    };
+    let mut feeds = Vec::new();
+    for ring in &kernel.rings {
+        let decode = older.get(ring.generation).copied().unwrap_or(this);
+        feeds.push(Feed::new(
+            ring.fd.as_fd(),
+            ring.size,
+            decode.module,
+            decode.sources,
+        )?);
+    }
+    let mut runtime = HostRuntime::new(compiled.module, Output::stdout());
+    let ops = Rc::new(maps::SysMapOps::new());
+    for id in (0..compiled.module.globals.len()).map(|i| GlobalId(i as u32)) {
+        if let Some(fd) = kernel.global_fd(&compiled.module.global(id).name)
+            && compiled.module.global(id).kernel
+        {
+            let attached = if added.fresh.contains(&id) {
+                runtime.globals.attach_kernel_map(id, fd, ops.clone())
+            } else {
+                runtime
+                    .globals
+                    .attach_shared_kernel_map(id, fd, ops.clone())
+            };
+            attached.map_err(|e| SessionError::Setup(format!("cannot set up global: {e}")))?;
+        }
+    }
+    let signals = StopSignals::block().map_err(setup("cannot block signals"))?;
+    if uses_symbols(compiled.module) || !older.is_empty() {
+        runtime.symbols.preload();
+    }
+    let module = compiled.module;
+    hooks.loaded(&mut runtime, &|id| {
+        !module.global(id).kernel || added.fresh.contains(&id)
+    });
+    let mut session = Session {
+        compiled,
+        settings: &LIVE_SETTINGS,
+        control,
+        runtime,
+        feeds,
+        errors: 0,
+        error_ending: false,
+        ending: false,
+        hooks,
+        kernel: Some(kernel),
+        hold_output: false,
+    };
+    session.start(ready, None, &signals);
+    let over = session.finish();
+    let errors = session.errors;
+    let failed = session.error_ending;
+    drop(session);
+    kernel.running = !over;
+    if over {
+        let skipped = kernel.skipped() + read_counter(kernel.counters(), bpf_maps::COUNTER_SKIPPED);
+        let lost = read_counter(kernel.counters(), bpf_maps::COUNTER_LOST_EVENTS);
+        report_losses(errors, skipped, lost);
+    }
+    drop(signals);
+    Ok((Outcome { errors, failed }, added))
+}
+
+static LIVE_SETTINGS: Settings = Settings {
+    timeout: None,
+    output: None,
+    command: None,
+    target_pid: None,
+    suppress_errors: true,
+};
+
+/// One ring buffer and the module its records are decoded with.
+struct Feed<'a> {
+    ring: RingBuf,
+    /// Its own duplicate of the map fd, to poll.
+    fd: OwnedFd,
+    module: &'a ir::Module,
+    sources: &'a SourceMap,
+    /// Parsed printf formats, by `FormatId`, parsed on first use.
+    formats: Vec<Option<Vec<Piece>>>,
+}
+
+impl<'a> Feed<'a> {
+    fn new(
+        fd: BorrowedFd<'_>,
+        size: u32,
+        module: &'a ir::Module,
+        sources: &'a SourceMap,
+    ) -> Result<Feed<'a>, SessionError> {
+        Ok(Feed {
+            ring: RingBuf::new(fd, size).map_err(setup("cannot map the ring buffer"))?,
+            fd: fd
+                .try_clone_to_owned()
+                .map_err(setup("cannot duplicate the ring buffer fd"))?,
+            module,
+            sources,
+            formats: vec![None; module.formats.len()],
+        })
+    }
+}
+
 struct Session<'a> {
     compiled: &'a Compiled<'a>,
     settings: &'a Settings,
     /// The Control map, to start and stop kernel handlers.
-    control: Option<Control<'a>>,
+    control: Option<Control>,
     runtime: HostRuntime,
-    /// Parsed printf formats, by `FormatId`, parsed on first use.
-    formats: Vec<Option<Vec<Piece>>>,
+    feeds: Vec<Feed<'a>>,
     errors: u64,
     /// Ending because of errors: error probes run instead of end probes.
     error_ending: bool,
     ending: bool,
     hooks: &'a mut dyn Hooks,
+    /// The interactive session's kernel half (a live run).
+    kernel: Option<&'a mut KernelState>,
+    /// Begin probes are running: their output waits for the kernel side.
+    hold_output: bool,
 }
 
 impl Session<'_> {
+    /// Begin probes, kernel handlers live, the event loop.
+    fn start(
+        &mut self,
+        ready: &mut dyn FnMut(),
+        mut command: Option<&mut TargetCommand>,
+        signals: &StopSignals,
+    ) {
+        let begins: Vec<bool> = (0..self.compiled.module.probes.len())
+            .map(|i| self.hooks.run_begin(i))
+            .collect();
+        // Begin output (often a READY line) is held until the kernel
+        // handlers are live, so a reader that acts on it misses no event.
+        self.hold_output = true;
+        self.run_probes(|i, kind| matches!(kind, ProbeKind::Begin { .. }) && begins[i]);
+        if let Some(control) = &self.control
+            && let Err(e) = control.write(true)
+        {
+            self.stop_with_warning(&format!("cannot start the kernel probes: {e}"));
+        }
+        self.hold_output = false;
+        self.flush_output();
+        ready();
+        if let Some(command) = command.as_deref_mut() {
+            command.release();
+        }
+        if !self.ending {
+            self.event_loop(signals, command);
+        }
+    }
+
+    /// Handlers off, then whatever they wrote before that, then end (or
+    /// error) probes. A live run whose [`Hooks::ending`] says no leaves the
+    /// handlers running. Returns whether the run is over.
+    fn finish(&mut self) -> bool {
+        let live = self.kernel.is_some();
+        if !live {
+            self.stop_kernel();
+        }
+        self.drain_all();
+        let run_end = self.hooks.ending(&mut self.runtime);
+        let over = run_end || self.error_ending;
+        if live && over {
+            self.stop_kernel();
+            self.drain_all();
+        }
+        if self.error_ending {
+            self.run_probes(|_, kind| matches!(kind, ProbeKind::Error { .. }));
+        } else if run_end {
+            self.run_probes(|_, kind| matches!(kind, ProbeKind::End { .. }));
+        }
+        let _ = self.runtime.output.flush();
+        over
+    }
+
+    fn stop_kernel(&self) {
+        if let Some(control) = &self.control {
+            let _ = control.write(false);
+        }
+    }
+
+    fn drain_all(&mut self) {
+        for feed in 0..self.feeds.len() {
+            self.drain(feed);
+        }
+    }
+
     /// Runs the host probes of one family in stap's order (`begin(N)`,
     /// `end(N)`, `error(N)` by N, then by position in the script).
     fn run_probes(&mut self, family: impl Fn(usize, &ProbeKind) -> bool) {
@@ -325,9 +523,11 @@ impl Session<'_> {
     fn run_host_probe(&mut self, probe: usize) {
         if let Err(error) = (self.compiled.host)(probe, &mut self.runtime) {
             let span = self.compiled.module.probes[probe].span;
-            self.report_error(&error.to_string(), Some(span));
+            self.report_error(&error.to_string(), Some((self.compiled.sources, span)));
         }
-        self.flush_output();
+        if !self.hold_output {
+            self.flush_output();
+        }
         if self.runtime.exit_requested {
             self.ending = true;
         }
@@ -335,10 +535,10 @@ impl Session<'_> {
 
     /// Prints a run-time error in stap's wording and counts it; past
     /// MAXERRORS the session ends with error probes instead of end probes.
-    fn report_error(&mut self, message: &str, span: Option<Span>) {
+    fn report_error(&mut self, message: &str, at: Option<(&SourceMap, Span)>) {
         let _ = self.runtime.output.flush();
-        match span {
-            Some(span) => eprintln!("ERROR: {message} {}", near(self.compiled.sources, span)),
+        match at {
+            Some((sources, span)) => eprintln!("ERROR: {message} {}", near(sources, span)),
             None => eprintln!("ERROR: {message}"),
         }
         self.errors += 1;
@@ -353,12 +553,7 @@ impl Session<'_> {
         self.ending = true;
     }
 
-    fn event_loop(
-        &mut self,
-        mut ring: Option<(&mut RingBuf, BorrowedFd<'_>)>,
-        signals: &StopSignals,
-        mut command: Option<&mut TargetCommand>,
-    ) {
+    fn event_loop(&mut self, signals: &StopSignals, mut command: Option<&mut TargetCommand>) {
         let start = monotonic_ns();
         let deadline = self
             .settings
@@ -379,18 +574,18 @@ impl Session<'_> {
                 }
             }
         }
-        // Fixed slots first, then one per timer; absent ones get fd -1,
-        // which poll(2) ignores.
-        const RING: usize = 0;
-        const SIGNALS: usize = 1;
-        const COMMAND: usize = 2;
-        const TIMERS: usize = 3;
+        // Fixed slots first, then one per ring buffer, then one per timer;
+        // absent ones get fd -1, which poll(2) ignores.
+        const SIGNALS: usize = 0;
+        const COMMAND: usize = 1;
+        const RINGS: usize = 2;
+        let timers_at = RINGS + self.feeds.len();
         while !self.ending {
             let mut fds = vec![
-                poll_entry(ring.as_ref().map(|(_, fd)| *fd)),
                 poll_entry(Some(signals.fd())),
                 poll_entry(command.as_ref().map(|c| c.exit_fd())),
             ];
+            fds.extend(self.feeds.iter().map(|f| poll_entry(Some(f.fd.as_fd()))));
             fds.extend(timers.iter().map(|t| poll_entry(Some(t.fd()))));
             let timeout_ms = match deadline {
                 Some(deadline) => {
@@ -424,10 +619,10 @@ impl Session<'_> {
                 }
                 return self.stop_with_warning(&format!("poll failed: {err}"));
             }
-            if fds[RING].revents != 0
-                && let Some((ring, _)) = ring.as_mut()
-            {
-                self.drain(ring);
+            for feed in 0..self.feeds.len() {
+                if fds[RINGS + feed].revents != 0 {
+                    self.drain(feed);
+                }
             }
             if fds[SIGNALS].revents != 0 && signals.take().is_some() {
                 self.ending = true;
@@ -438,10 +633,14 @@ impl Session<'_> {
                 }
                 self.ending = true;
             }
-            if !self.ending && self.hooks.poll(&mut self.runtime) {
+            if !self.ending
+                && self
+                    .hooks
+                    .poll(&mut self.runtime, self.kernel.as_deref_mut())
+            {
                 self.ending = true;
             }
-            for (slot, timer) in fds[TIMERS..].iter().zip(timers.iter_mut()) {
+            for (slot, timer) in fds[timers_at..].iter().zip(timers.iter_mut()) {
                 if slot.revents == 0 || self.ending {
                     continue;
                 }
@@ -454,12 +653,14 @@ impl Session<'_> {
         }
     }
 
-    /// Handles every record waiting in the ring buffer.
-    fn drain(&mut self, ring: &mut RingBuf) {
+    /// Handles every record waiting in one ring buffer.
+    fn drain(&mut self, feed: usize) {
         let mut records = Vec::new();
-        ring.consume(|bytes| records.push(bytes.to_vec()));
+        self.feeds[feed]
+            .ring
+            .consume(|bytes| records.push(bytes.to_vec()));
         for bytes in records {
-            self.handle_record(&bytes);
+            self.handle_record(feed, &bytes);
         }
         self.flush_output();
     }
@@ -471,8 +672,9 @@ impl Session<'_> {
         }
     }
 
-    fn handle_record(&mut self, bytes: &[u8]) {
-        let module = self.compiled.module;
+    fn handle_record(&mut self, feed: usize, bytes: &[u8]) {
+        let module = self.feeds[feed].module;
+        let sources = self.feeds[feed].sources;
         let max_string_len = u32::try_from(module.limits.max_string_len).unwrap_or(u32::MAX);
         let record = match records::decode(bytes, module, max_string_len) {
             Ok(record) => record,
@@ -482,36 +684,33 @@ impl Session<'_> {
             }
         };
         match record.body {
-            RecordBody::Printf { format, args } => self.print(format, &args),
+            RecordBody::Printf { format, args } => self.print(feed, format, &args),
             RecordBody::Exit => {
                 // No new kernel handler runs once exit() was called: stop
                 // them now rather than after the loop notices.
-                if let Some(control) = &self.control {
-                    let _ = control.write(false);
-                }
+                self.stop_kernel();
                 self.ending = true;
             }
             RecordBody::Error { kind, span } => {
                 let span = match kind {
                     // stap points at the operator, not the whole expression.
-                    records::ErrorKind::DivisionByZero => {
-                        division_operator(self.compiled.sources, span)
-                    }
+                    records::ErrorKind::DivisionByZero => division_operator(sources, span),
                     _ => span,
                 };
-                self.report_error(&kind.message(), Some(span));
+                self.report_error(&kind.message(), Some((sources, span)));
             }
         }
     }
 
     /// A kernel printf: symbols resolved here, then the shared formatter.
-    fn print(&mut self, format: FormatId, args: &[Arg<'_>]) {
+    fn print(&mut self, feed: usize, format: FormatId, args: &[Arg<'_>]) {
         let index = format.0 as usize;
-        let Some(slot) = self.formats.get_mut(index) else {
+        let module = self.feeds[feed].module;
+        let Some(slot) = self.feeds[feed].formats.get_mut(index) else {
             return;
         };
         if slot.is_none() {
-            let text = &self.compiled.module.format(format).text;
+            let text = &module.format(format).text;
             *slot = Some(printf::parse(text).unwrap_or_default());
         }
         let symbols: Vec<String> = args
@@ -522,7 +721,7 @@ impl Session<'_> {
                     SymbolText::Data => self.runtime.symbols.data(addr),
                     SymbolText::Module => self.runtime.symbols.module(addr),
                     SymbolText::Enum(name) => {
-                        let enum_type = self.compiled.module.string(name);
+                        let enum_type = module.string(name);
                         self.runtime.enums.name(enum_type, addr as i64)
                     }
                 }),
@@ -538,7 +737,9 @@ impl Session<'_> {
             })
             .collect();
         let mut text = Vec::new();
-        let pieces = self.formats[index].as_deref().unwrap_or_default();
+        let pieces = self.feeds[feed].formats[index]
+            .as_deref()
+            .unwrap_or_default();
         if let Err(e) = printf::format(pieces, &values, &mut text) {
             eprintln!("WARNING: cannot format a kernel printf: {}", e.message);
             return;
@@ -607,7 +808,10 @@ fn first_token(text: &str) -> &str {
 fn uses_symbols(module: &ir::Module) -> bool {
     let symbolic = |op: &Op| match op {
         Op::Printf { args, .. } => args.iter().any(|a| matches!(a, PrintArg::Symbol { .. })),
-        Op::Builtin { name, .. } => matches!(name.as_str(), "symname" | "symdata" | "modname"),
+        Op::Builtin { name, .. } => matches!(
+            name.as_str(),
+            "symname" | "symdata" | "modname" | "print_stack" | "sprint_stack"
+        ),
         _ => false,
     };
     module
@@ -657,18 +861,30 @@ fn events_size(object: &Object) -> u32 {
 
 /// The Control map (see `stap_lang::bpf::maps`) and what goes in it
 /// besides the run flag.
-struct Control<'a> {
-    fd: BorrowedFd<'a>,
+struct Control {
+    /// A duplicate of the map's fd (the map may belong to a longer-lived
+    /// `KernelState`).
+    fd: OwnedFd,
     value_size: u32,
     /// `target()`: the `-c` command's pid or `-x PID`, 0 without either.
     target: i32,
 }
 
-impl Control<'_> {
+impl Control {
+    fn new(fd: BorrowedFd<'_>, value_size: u32, target: i32) -> Result<Control, SessionError> {
+        Ok(Control {
+            fd: fd
+                .try_clone_to_owned()
+                .map_err(setup("cannot duplicate the Control map fd"))?,
+            value_size,
+            target,
+        })
+    }
+
     /// Writes the Control value: the run flag, the wall-clock offset and
     /// `target()`.
     fn write(&self, run: bool) -> io::Result<()> {
-        write_control(self.fd, self.value_size, run, self.target)
+        write_control(self.fd.as_fd(), self.value_size, run, self.target)
     }
 }
 

@@ -1,73 +1,89 @@
 //! The line-editor thread: prompts, multi-line input while braces are
-//! open, history in ~/.stap-rs_history, and completion of commands,
-//! keywords, common builtins and the session's globals.
+//! open, history in ~/.stap-rs_history, session output through rustyline's
+//! external printer (see `console.rs`), and completion (`complete.rs`).
 
 use super::Request;
+use super::complete::Completions;
+use super::console;
 use rustyline::completion::Completer;
+use rustyline::config::{Behavior, CompletionType, Config};
 use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::{ValidationContext, ValidationResult, Validator};
-use rustyline::{Context, Editor, Helper};
+use rustyline::{Context, Editor, ExternalPrinter, Helper};
+use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-const WORDS: &[&str] = &[
-    ":probes",
-    ":detach",
-    ":attach",
-    ":globals",
-    ":print",
-    ":clear",
-    ":save",
-    ":load",
-    ":help",
-    ":quit",
-    "global",
-    "function",
-    "probe",
-    "foreach",
-    "delete",
-    "printf",
-    "println",
-    "print",
-    "sprintf",
-    "execname",
-    "pid",
-    "tid",
-    "cpu",
-    "symname",
-    "symdata",
-    "gettimeofday_s",
-    "gettimeofday_ms",
-    "exit",
-    "begin",
-    "end",
-    "kernel.trace",
-    "kernel.function",
-    "timer.s",
-    "timer.ms",
-];
+/// What the editor thread needs.
+pub struct EditorEnd {
+    pub requests: Sender<Request>,
+    pub acks: Receiver<()>,
+    /// For the forwarder, which answers in the main thread's name.
+    pub ack_sender: Sender<()>,
+    /// The session's global names, for completion.
+    pub names: Arc<Mutex<Vec<String>>>,
+    /// The read end of the output pipe, when output is redirected.
+    pub output: Option<OwnedFd>,
+}
 
 /// Reads inputs until Ctrl-D or `:quit`, sending each to the main thread
 /// and waiting for its answer before prompting again.
-pub fn read_lines(requests: Sender<Request>, acks: Receiver<()>, names: Arc<Mutex<Vec<String>>>) {
-    let mut editor = match Editor::<Input, DefaultHistory>::new() {
+pub fn read_lines(end: EditorEnd) {
+    let EditorEnd {
+        requests,
+        acks,
+        ack_sender,
+        names,
+        output,
+    } = end;
+    let mut config = Config::builder()
+        .completion_type(CompletionType::List)
+        .auto_add_history(false);
+    if output.is_some() {
+        // stdout is the output pipe: the editor uses the terminal itself.
+        config = config.behavior(Behavior::PreferTerm);
+    }
+    let mut editor = match Editor::<Input, DefaultHistory>::with_config(config.build()) {
         Ok(editor) => editor,
         Err(e) => {
             eprintln!("ERROR: cannot start the line editor: {e}");
+            drop(output);
             let _ = requests.send(Request::Quit);
             let _ = acks.recv();
             return;
         }
     };
-    editor.set_helper(Some(Input { names }));
+    editor.set_helper(Some(Input {
+        completions: Completions::new(names),
+    }));
     let history = history_file();
     if let Some(path) = &history {
         let _ = editor.load_history(path);
     }
+    let forwarder = output.map(|read| {
+        let sink: Box<dyn FnMut(String) + Send> = match editor.create_external_printer() {
+            Ok(mut printer) => Box::new(move |text| {
+                let _ = printer.print(text);
+            }),
+            Err(_) => {
+                let mut tty = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/tty")
+                    .ok();
+                Box::new(move |text: String| {
+                    if let Some(tty) = &mut tty {
+                        let _ = tty.write_all(text.as_bytes());
+                    }
+                })
+            }
+        };
+        std::thread::spawn(move || console::forward(read, sink, ack_sender))
+    });
     loop {
         let request = match editor.readline("stap> ") {
             Ok(line) if line.trim().is_empty() => continue,
@@ -87,8 +103,12 @@ pub fn read_lines(requests: Sender<Request>, acks: Receiver<()>, names: Arc<Mute
         };
         let quit = matches!(request, Request::Quit);
         if requests.send(request).is_err() || acks.recv().is_err() || quit {
-            return;
+            break;
         }
+    }
+    // The printer writes to the editor's terminal: done before it closes.
+    if let Some(forwarder) = forwarder {
+        let _ = forwarder.join();
     }
 }
 
@@ -97,7 +117,7 @@ fn history_file() -> Option<PathBuf> {
 }
 
 struct Input {
-    names: Arc<Mutex<Vec<String>>>,
+    completions: Completions,
 }
 
 impl Helper for Input {}
@@ -115,24 +135,7 @@ impl Completer for Input {
         pos: usize,
         _ctx: &Context<'_>,
     ) -> rustyline::Result<(usize, Vec<String>)> {
-        let before = &line[..pos];
-        let start = before
-            .rfind(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | ':')))
-            .map_or(0, |i| i + 1);
-        let word = &before[start..];
-        if word.is_empty() {
-            return Ok((pos, Vec::new()));
-        }
-        let globals = self.names.lock().map(|n| n.clone()).unwrap_or_default();
-        let mut found: Vec<String> = WORDS
-            .iter()
-            .map(|w| w.to_string())
-            .chain(globals)
-            .filter(|w| w.starts_with(word))
-            .collect();
-        found.sort();
-        found.dedup();
-        Ok((start, found))
+        Ok(self.completions.complete(line, pos))
     }
 }
 
