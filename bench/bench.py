@@ -595,6 +595,43 @@ def bench_events(rounds, n, tables, notes):
     )
 
 
+def bench_tracepoint_mechanism(rounds, n, tables, notes):
+    """stap-rs's kernel.trace through raw_tp and tp_btf: start to ready for
+    examples/drops.stp, and in-BPF ns/run of c[$id]++ on sys_enter."""
+    os.system("sysctl -qw kernel.bpf_stats_enabled=1")
+    drops = write_script("mech_drops", open(os.path.join(ROOT, "examples/drops.stp")).read() + STAP_READY)
+    count = write_script("mech_count", 'global c\nprobe kernel.trace("raw_syscalls:sys_enter") { c[$id]++ }\n' + STAP_READY)
+    res = {}
+    for r in range(rounds):
+        for mech in ("raw_tp", "tp_btf"):
+            for key, script in (("start", drops), ("bpf", count)):
+                before = set(bpf_prog_stats())
+                run = Run(command("stap-rs", script, ("--tracepoint-mechanism=" + mech,))[0], marker=False)
+                run.start()
+                if run.wait_ready():
+                    if key == "start":
+                        # READY (stdout) may come through before the Pass 5 line.
+                        deadline = time.monotonic() + 2
+                        while run.ms("pass5") is None and time.monotonic() < deadline:
+                            time.sleep(0.001)
+                        res.setdefault((mech, key), []).append(run.ms("pass5"))
+                    else:
+                        workload("getppid", n)
+                        progs = [p for i, p in bpf_prog_stats().items() if i not in before and p.get("run_cnt")]
+                        if progs:
+                            p = max(progs, key=lambda p: p["run_cnt"])
+                            res.setdefault((mech, key), []).append(p["run_time_ns"] / p["run_cnt"])
+                run.stop()
+    t = Table(
+        "6. kernel.trace mechanism, stap-rs only (min / median / max)",
+        ["mechanism", "start to Pass 5, examples/drops.stp (ms)", "in-BPF ns/run, c[$id]++ on sys_enter"],
+    )
+    for mech in ("raw_tp", "tp_btf"):
+        t.add(mech, mmm(res.get((mech, "start"), []))[1], mmm(res.get((mech, "bpf"), []))[1])
+    tables.append(t)
+    notes.append("Table 6: `--tracepoint-mechanism=raw_tp|tp_btf`; raw_tp is the default (bench/analysis.md).")
+
+
 def bench_printing(rounds, n, tables, notes):
     ws = {
         "stap-rs": 'probe kernel.trace("syscalls:sys_enter_getppid") { printf("E %d %s\\n", pid(), execname()) }\n'
@@ -1024,6 +1061,7 @@ def main():
     bench_printing(rounds, nprint, tables, notes)
     bench_host(1 if args.smoke else 2, nkeys, tables, notes)
     bench_jit(rounds, tables)
+    bench_tracepoint_mechanism(rounds, n, tables, notes)
     took = time.monotonic() - t0
     notes.append(
         "Lost stop signals, sent again (bpftrace after 2 s of silence, others after 15 s; the teardown "

@@ -60,6 +60,11 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = KernelProbes::Auto)]
     pub kernel_probes: KernelProbes,
 
+    /// How kernel.trace probes with BTF-typed arguments attach: raw
+    /// tracepoints, or tp_btf (BTF-typed tracing programs).
+    #[arg(long, value_enum, default_value_t = TracepointMechanism::RawTp)]
+    pub tracepoint_mechanism: TracepointMechanism,
+
     /// Send the script's output to FILE.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -117,6 +122,16 @@ pub enum KernelProbes {
     Fentry,
     /// kprobes/kretprobes only; an error where the kernel has none.
     Kprobe,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TracepointMechanism {
+    /// BPF_PROG_TYPE_RAW_TRACEPOINT: no BTF needed at load time.
+    #[value(name = "raw_tp")]
+    RawTp,
+    /// BPF_PROG_TYPE_TRACING attached to the btf_trace_NAME typedef.
+    #[value(name = "tp_btf")]
+    TpBtf,
 }
 
 fn parse_assignment(text: &str) -> Result<(String, String), String> {

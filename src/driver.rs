@@ -72,7 +72,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         return Ok(());
     }
 
-    crate::run::run(args, &map, &program)
+    crate::run::run(args, &map, &program, kernel.as_ref())
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

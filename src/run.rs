@@ -13,7 +13,12 @@ use stap_runtime::jit::{self, HostProgram};
 use stap_runtime::{load, session};
 use std::time::{Duration, Instant};
 
-pub fn run(args: &Args, map: &SourceMap, program: &sema::Program) -> Result<(), Failed> {
+pub fn run(
+    args: &Args,
+    map: &SourceMap,
+    program: &sema::Program,
+    kernel: &dyn stap_lang::kernel::KernelFacts,
+) -> Result<(), Failed> {
     let lowering = Instant::now();
     let module = ir::lower::lower(program).map_err(|diags| emit(map, &diags))?;
     if let Err(problems) = ir::verify::verify(&module) {
@@ -36,11 +41,24 @@ pub fn run(args: &Args, map: &SourceMap, program: &sema::Program) -> Result<(), 
     }
 
     let compiling = Instant::now();
+    if args.tracepoint_mechanism == crate::cli::TracepointMechanism::TpBtf
+        && let Some(reason) = kernel.unavailable_reason(stap_lang::kernel::Mechanism::TpBtf)
+    {
+        return Err(fail(format!(
+            "cannot use tp_btf (--tracepoint-mechanism=tp_btf): {reason}"
+        )));
+    }
     let options = bpf::Options {
         test_out_of_bounds: args.test_verifier_reject,
+        tracepoint_mechanism: match args.tracepoint_mechanism {
+            crate::cli::TracepointMechanism::RawTp => bpf::TracepointMechanism::RawTp,
+            crate::cli::TracepointMechanism::TpBtf => bpf::TracepointMechanism::TpBtf,
+        },
+        kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
         ..bpf::Options::from_limits(&module.limits)
     };
-    let object = bpf::compile(&module, &options).map_err(|diags| emit(map, &diags))?;
+    let object =
+        bpf::compile_with_source(&module, &options, map).map_err(|diags| emit(map, &diags))?;
     if args.dump == Some(DumpStage::Bpf) {
         print!("{}", bpf::listing(&object, map));
         return Ok(());

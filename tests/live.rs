@@ -29,6 +29,12 @@ mod functions;
 #[path = "live/netfilter.rs"]
 mod netfilter;
 
+#[path = "live/builtins.rs"]
+mod builtins;
+
+#[path = "live/kernel_foreach.rs"]
+mod kernel_foreach;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

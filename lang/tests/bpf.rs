@@ -14,6 +14,8 @@ fn options() -> Options {
         max_string_len: 64,
         test_out_of_bounds: false,
         cpus: bpf::DEFAULT_CPUS,
+        tracepoint_mechanism: Default::default(),
+        kernel: Default::default(),
     }
 }
 
@@ -152,19 +154,19 @@ fn unknown_kernel_builtins_are_unsupported_by_name() {
         vec![ValType::Long],
         vec![Op::Builtin {
             dst: Some(Reg(0)),
-            name: "get_cycles".into(),
+            name: "cmdline_str".into(),
             args: vec![],
         }],
     );
     let text = errors(&module, &map);
     assert!(
-        text.contains("unsupported: get_cycles() in kernel probes"),
+        text.contains("unsupported: cmdline_str() in kernel probes"),
         "{text}"
     );
 }
 
 #[test]
-fn foreach_in_a_kernel_probe_is_unsupported() {
+fn sorted_foreach_in_a_kernel_probe_is_unsupported() {
     let s = sample("counter");
     let (module, map) = with_ops(
         vec![ValType::Long],
@@ -181,7 +183,7 @@ fn foreach_in_a_kernel_probe_is_unsupported() {
     drop(s);
     let text = errors(&module, &map);
     assert!(
-        text.contains("unsupported: foreach in a kernel probe (move it to a host probe)"),
+        text.contains("unsupported: a sorted foreach in a kernel probe (move it to a host probe)"),
         "{text}"
     );
 }
@@ -190,10 +192,13 @@ fn foreach_in_a_kernel_probe_is_unsupported() {
 fn sprintf_directives_bpf_snprintf_lacks_are_named() {
     let s = sample("sprintf");
     let mut module = s.module;
+    // What bpf_snprintf lacks is emitted code; only `%*b` is refused.
     module.formats[0].text = "%s-%d-%o".into();
+    assert!(bpf::compile(&module, &options()).is_ok());
+    module.formats[0].text = "%s-%*b".into();
     let text = errors(&module, &s.map);
     assert!(
-        text.contains("unsupported: %o in a sprintf format in kernel probes"),
+        text.contains("unsupported: %*b in a sprintf format in kernel probes"),
         "{text}"
     );
 }
@@ -412,4 +417,77 @@ fn decode_exit_and_error_records() {
     assert_eq!(kind, records::ErrorKind::KernelRead(0x1060));
     assert_eq!((span.start, span.end), (5, 9));
     assert_eq!(kind.message(), "kernel read fault at 0x1060");
+}
+
+const KERNEL_FOREACH: &str = "global a, names\nprobe kernel.trace(\"sys_enter\") {\n  a[$id] += 1\n  names[execname(), $id] = pid()\n  s = 0\n  foreach ([k] in a limit 3) {\n    s += k + a[k]\n    if (k == 1) break\n  }\n  foreach (v = [c, i] in names) s += v + i\n  printf(\"%d\\n\", s)\n}\n";
+
+#[test]
+fn listing_kernel_foreach_callbacks() {
+    let (module, map) = lower(KERNEL_FOREACH);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let program = &object.programs[0];
+    assert!(program.needs_btf());
+    let starts: Vec<u32> = program.func_info.iter().map(|f| f.insn_off).collect();
+    assert_eq!(starts.len(), 3, "the handler and two callbacks");
+    assert!(program.stack_bytes <= 512);
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+#[test]
+fn program_btf_func_info_and_line_info() {
+    let script = "global a\nprobe kernel.trace(\"sys_enter\") {\n  a[$id] += 1\n  foreach ([k] in a) {\n    if (k == 0) break\n  }\n}\n";
+    let (module, map) = lower(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let mut dump = bpf::btf::dump(&object.btf);
+    for program in &object.programs {
+        dump.push_str(&format!("func_info of {}:\n", program.name));
+        for f in &program.func_info {
+            dump.push_str(&format!("  insn {} -> [{}]\n", f.insn_off, f.type_id));
+        }
+        dump.push_str("line_info:\n");
+        for l in &program.line_info {
+            dump.push_str(&format!(
+                "  insn {} {}:{}:{} {:?}\n",
+                l.insn_off,
+                bpf::btf::string_at(&object.btf, l.file_name_off),
+                l.line,
+                l.column,
+                bpf::btf::string_at(&object.btf, l.line_off)
+            ));
+        }
+        // Every BPF function starts with a line record (the kernel insists).
+        for f in &program.func_info {
+            assert!(program.line_info.iter().any(|l| l.insn_off == f.insn_off));
+        }
+        assert!(
+            program
+                .line_info
+                .windows(2)
+                .all(|w| w[0].insn_off < w[1].insn_off)
+        );
+    }
+    insta::assert_snapshot!(dump);
+}
+
+#[test]
+fn without_the_source_there_is_func_info_but_no_line_info() {
+    let (module, _) = lower(KERNEL_FOREACH);
+    let object = bpf::compile(&module, &options()).unwrap();
+    assert!(!object.btf.is_empty());
+    assert_eq!(object.programs[0].func_info.len(), 3);
+    assert!(object.programs[0].line_info.is_empty());
+}
+
+#[test]
+fn return_from_a_kernel_foreach_in_an_inlined_function_leaves_the_loop() {
+    let script = "global a\nfunction find(x) {\n  foreach ([k] in a) if (a[k] == x) return k\n  return -1\n}\nprobe kernel.trace(\"sys_enter\") {\n  a[$id] = $id\n  printf(\"%d\\n\", find(39))\n}\n";
+    let (module, map) = lower(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let listing = bpf::listing(&object, &map);
+    // The callback stops with "escape 0" (2); the handler dispatches on it.
+    assert!(listing.contains("= 2\n"), "{listing}");
+    assert!(listing.contains("if r1 == 2 goto"), "{listing}");
 }

@@ -14,12 +14,13 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
+use stap_lang::bpf::btf::{FUNC_INFO_BYTES, FuncInfo, LINE_INFO_BYTES, LineInfo};
 use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object, Program};
 use stap_lang::diag::Diagnostic;
 use stap_lang::source::{SourceMap, Span};
 
 use crate::btf::{Btf, Kind};
-use crate::sys::{self, ProgLoad};
+use crate::sys::{self, ProgBtf, ProgLoad};
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 const BTF_DIR: &str = "/sys/kernel/btf";
@@ -120,13 +121,63 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut targets = BtfTargets::new(vmlinux);
+    let mut program_btf = ProgramBtf::new(&object.btf);
     let programs = object
         .programs
         .iter()
         .enumerate()
-        .map(|(index, program)| load_program(index, program, &maps, &mut targets))
+        .map(|(index, program)| load_program(index, program, &maps, &mut targets, &mut program_btf))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Loaded { maps, programs })
+}
+
+/// What [`load_added`] loaded: `maps` has the same index as `Object::maps`
+/// (a duplicate of the caller's fd for a shared map, else a new map);
+/// `programs` holds the chosen programs with their index.
+#[derive(Debug)]
+pub struct Added {
+    pub maps: Vec<OwnedFd>,
+    pub programs: Vec<(usize, OwnedFd)>,
+}
+
+/// Loading for the interactive session: map N uses the caller's fd
+/// `shared(N)` when it gives one (no new map, so new programs share the
+/// running ones' globals), else is created; only the programs `chosen`
+/// picks are loaded.
+pub fn load_added<'fd>(
+    object: &Object,
+    shared: &dyn Fn(usize) -> Option<std::os::fd::BorrowedFd<'fd>>,
+    chosen: &dyn Fn(usize) -> bool,
+) -> Result<Added, LoadError> {
+    let maps = object
+        .maps
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            let made = match shared(index) {
+                Some(fd) => fd.try_clone_to_owned(),
+                None => create_map(spec),
+            };
+            made.map_err(|error| LoadError::Map {
+                map: index,
+                name: spec.name.clone(),
+                error,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut targets = BtfTargets::new(None);
+    let mut program_btf = ProgramBtf::new(&object.btf);
+    let programs = object
+        .programs
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| chosen(*index))
+        .map(|(index, program)| {
+            load_program(index, program, &maps, &mut targets, &mut program_btf)
+                .map(|fd| (index, fd))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Added { maps, programs })
 }
 
 /// Creates one map. A read-only formats map gets its contents and is frozen
@@ -140,29 +191,97 @@ fn create_map(spec: &MapSpec) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
+fn prog_btf<'a>(fd: &'a OwnedFd, func_info: &'a [u8], line_info: &'a [u8]) -> ProgBtf<'a> {
+    ProgBtf {
+        fd: fd.as_fd(),
+        func_info,
+        func_info_rec_size: FUNC_INFO_BYTES,
+        line_info,
+        line_info_rec_size: LINE_INFO_BYTES,
+    }
+}
+
+/// The object's program BTF, loaded (once) only when a program needs it:
+/// a program with callbacks always, any other only on the retry that asks
+/// for the verifier log, where line_info makes the log quote script lines.
+/// The fast path of an ordinary program thus costs no BTF work.
+#[derive(Debug)]
+struct ProgramBtf<'a> {
+    blob: &'a [u8],
+    /// `Err`: the kernel's BTF checker's last log line, and the error.
+    loaded: Option<Result<OwnedFd, (String, io::Error)>>,
+}
+
+impl<'a> ProgramBtf<'a> {
+    fn new(blob: &'a [u8]) -> ProgramBtf<'a> {
+        ProgramBtf { blob, loaded: None }
+    }
+
+    /// Loads the blob if that was not tried yet (and there is one).
+    fn ensure(&mut self) -> &Self {
+        if self.loaded.is_none() && !self.blob.is_empty() {
+            self.loaded = Some(Self::load(self.blob));
+        }
+        self
+    }
+
+    fn fd(&self) -> Option<&OwnedFd> {
+        self.loaded.as_ref().and_then(|r| r.as_ref().ok())
+    }
+
+    fn refused(&self) -> Option<&(String, io::Error)> {
+        self.loaded.as_ref().and_then(|r| r.as_ref().err())
+    }
+
+    fn load(blob: &[u8]) -> Result<OwnedFd, (String, io::Error)> {
+        let error = match sys::btf_load(blob, None) {
+            Ok(fd) => return Ok(fd),
+            Err(error) => error,
+        };
+        // Again with the log, only to say why.
+        let mut log = vec![0u8; 1 << 16];
+        match sys::btf_load(blob, Some(&mut log)) {
+            Ok(fd) => Ok(fd),
+            Err(_) => {
+                let reason = log_text(&log)
+                    .lines()
+                    .rev()
+                    .map(str::trim)
+                    .find(|line| !line.is_empty())
+                    .unwrap_or("no BTF log")
+                    .to_string();
+                Err((reason, error))
+            }
+        }
+    }
+}
+
 fn load_program(
     index: usize,
     program: &Program,
     maps: &[OwnedFd],
     targets: &mut BtfTargets,
+    program_btf: &mut ProgramBtf,
 ) -> Result<OwnedFd, LoadError> {
     let insns = patch_map_fds(program, maps).map_err(|reason| LoadError::Object {
         program: index,
         reason,
     })?;
     let (prog_type, expected_attach_type) = program_type(&program.attach);
+    let kernel_error = |(what, error)| LoadError::Kernel {
+        program: index,
+        what,
+        error,
+    };
     let target = match &program.attach {
         AttachKind::Fentry {
             function, module, ..
         } => Some(
             targets
                 .find(function, module.as_deref())
-                .map_err(|(what, error)| LoadError::Kernel {
-                    program: index,
-                    what,
-                    error,
-                })?,
+                .map_err(kernel_error)?,
         ),
+        AttachKind::TpBtf { name } => Some(targets.tracepoint(name).map_err(kernel_error)?),
         _ => None,
     };
     let request = ProgLoad {
@@ -175,15 +294,41 @@ fn load_program(
             .as_ref()
             .and_then(|t| t.module_btf.as_ref().map(|fd| fd.as_fd())),
     };
-    // Fast path: no log. Only a rejection pays for the verifier's text.
-    let first = match sys::prog_load(&request, None) {
+    let func_info = FuncInfo::encode_all(&program.func_info);
+    let line_info = LineInfo::encode_all(&program.line_info);
+    if program.needs_btf()
+        && let Some((reason, error)) = program_btf.ensure().refused()
+    {
+        return Err(LoadError::Kernel {
+            program: index,
+            what: format!(
+                "a foreach in a kernel probe runs as a callback, which needs program BTF, \
+                 and this kernel refused ours (BPF_BTF_LOAD: {reason})"
+            ),
+            error: io::Error::new(error.kind(), error.to_string()),
+        });
+    }
+    // Fast path: no log, and BTF only if the program cannot do without.
+    let fast = match program.needs_btf() {
+        true => program_btf
+            .fd()
+            .map(|fd| prog_btf(fd, &func_info, &line_info)),
+        false => None,
+    };
+    let first = match sys::prog_load_with_btf(&request, fast.as_ref(), None) {
         Ok(fd) => return Ok(fd),
         Err(error) => error,
     };
+    // The retry with the log takes line_info too, so the log quotes the
+    // script (when the kernel takes our BTF).
+    let btf = program_btf
+        .ensure()
+        .fd()
+        .map(|fd| prog_btf(fd, &func_info, &line_info));
     let mut last_error = first;
     for size in LOG_SIZES {
         let mut buffer = vec![0u8; size];
-        match sys::prog_load(&request, Some((LOG_LEVEL, &mut buffer))) {
+        match sys::prog_load_with_btf(&request, btf.as_ref(), Some((LOG_LEVEL, &mut buffer))) {
             // Loading with a log succeeded where loading without failed:
             // a transient failure (ENOMEM, EAGAIN); take the program.
             Ok(fd) => return Ok(fd),
@@ -252,6 +397,7 @@ fn rejection(index: usize, program: &Program, log: String, error: io::Error) -> 
 pub fn program_type(attach: &AttachKind) -> (u32, u32) {
     match attach {
         AttachKind::RawTracepoint { .. } => (sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
+        AttachKind::TpBtf { .. } => (sys::BPF_PROG_TYPE_TRACING, sys::BPF_TRACE_RAW_TP),
         AttachKind::Tracepoint { .. } => (sys::BPF_PROG_TYPE_TRACEPOINT, 0),
         AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => (sys::BPF_PROG_TYPE_KPROBE, 0),
         AttachKind::Fentry { is_return, .. } => (
@@ -330,6 +476,30 @@ impl BtfTargets {
             })?;
         self.vmlinux = Some(btf.clone());
         Ok(btf)
+    }
+
+    /// A tp_btf target: the `btf_trace_NAME` typedef of vmlinux.
+    fn tracepoint(&mut self, name: &str) -> Result<Target, (String, io::Error)> {
+        let base = self.vmlinux()?;
+        let typedef = format!("btf_trace_{name}");
+        let id = base
+            .find_by_name(Kind::Typedef, &typedef)
+            .map_err(|e| {
+                (
+                    format!("reading {VMLINUX_BTF}"),
+                    io::Error::other(e.to_string()),
+                )
+            })?
+            .ok_or_else(|| {
+                (
+                    format!("no BTF typedef {typedef} in vmlinux (a module's tracepoint?)"),
+                    io::Error::from(io::ErrorKind::NotFound),
+                )
+            })?;
+        Ok(Target {
+            btf_id: id,
+            module_btf: None,
+        })
     }
 
     fn find(
@@ -489,7 +659,9 @@ fn clean_reason(reason: &str) -> String {
 pub fn point_text(attach: &AttachKind) -> String {
     let ret = |is_return: bool| if is_return { ".return" } else { "" };
     match attach {
-        AttachKind::RawTracepoint { name } => format!("kernel.trace(\"{name}\")"),
+        AttachKind::RawTracepoint { name } | AttachKind::TpBtf { name } => {
+            format!("kernel.trace(\"{name}\")")
+        }
         AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
         AttachKind::Kprobe {
             function,
@@ -679,6 +851,8 @@ processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_stat
             map_relocs: relocs,
             lines,
             stack_bytes: 0,
+            func_info: vec![],
+            line_info: vec![],
         }
     }
 
@@ -739,6 +913,7 @@ processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_stat
         let object = Object {
             maps: vec![],
             programs: vec![prog],
+            btf: vec![],
         };
         let err = LoadError::Verifier {
             program: 0,

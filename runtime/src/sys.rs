@@ -31,6 +31,7 @@ const BPF_MAP_GET_NEXT_KEY: u32 = 4;
 const BPF_PROG_LOAD: u32 = 5;
 const BPF_OBJ_GET_INFO_BY_FD: u32 = 15;
 const BPF_RAW_TRACEPOINT_OPEN: u32 = 17;
+const BPF_BTF_LOAD: u32 = 18;
 const BPF_BTF_GET_FD_BY_ID: u32 = 19;
 const BPF_MAP_FREEZE: u32 = 22;
 const BPF_BTF_GET_NEXT_ID: u32 = 23;
@@ -55,6 +56,7 @@ pub const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 pub const BPF_PROG_TYPE_TRACING: u32 = 26;
 pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 
+pub const BPF_TRACE_RAW_TP: u32 = 23;
 pub const BPF_TRACE_FENTRY: u32 = 24;
 pub const BPF_TRACE_FEXIT: u32 = 25;
 pub const BPF_PERF_EVENT: u32 = 41;
@@ -553,9 +555,65 @@ pub struct ProgLoad<'a> {
     pub attach_btf_obj: Option<BorrowedFd<'a>>,
 }
 
+/// Program BTF for one BPF_PROG_LOAD: the loaded blob's fd and the
+/// encoded `bpf_func_info` / `bpf_line_info` records.
+#[derive(Debug, Clone, Copy)]
+pub struct ProgBtf<'a> {
+    pub fd: BorrowedFd<'a>,
+    pub func_info: &'a [u8],
+    pub func_info_rec_size: u32,
+    pub line_info: &'a [u8],
+    pub line_info_rec_size: u32,
+}
+
+/// The prefix of `union bpf_attr` that BPF_BTF_LOAD reads (the last word
+/// is `btf_log_true_size` on 6.4+, zero here so older kernels accept it).
+#[repr(C)]
+#[derive(Default)]
+struct BtfLoadAttr {
+    btf: u64,
+    btf_log_buf: u64,
+    btf_size: u32,
+    btf_log_size: u32,
+    btf_log_level: u32,
+    _pad: u32,
+}
+
+/// BPF_BTF_LOAD of a program BTF blob. With `log = Some(buffer)` the
+/// kernel's BTF checker writes why it rejected the blob.
+pub fn btf_load(blob: &[u8], log: Option<&mut [u8]>) -> io::Result<OwnedFd> {
+    let (log_level, log_buf, log_size) = match log {
+        Some(buffer) if !buffer.is_empty() => (
+            1,
+            buffer.as_mut_ptr() as u64,
+            buffer.len().min(u32::MAX as usize) as u32,
+        ),
+        _ => (0, 0, 0),
+    };
+    let mut attr = BtfLoadAttr {
+        btf: blob.as_ptr() as u64,
+        btf_log_buf: log_buf,
+        btf_size: u32::try_from(blob.len()).map_err(|_| invalid("BTF blob too large"))?,
+        btf_log_size: log_size,
+        btf_log_level: log_level,
+        _pad: 0,
+    };
+    bpf_fd(BPF_BTF_LOAD, &mut attr)
+}
+
 /// Loads a program (license "GPL"). With `log = Some((level, buffer))` the
 /// verifier writes its log into `buffer` (NUL-terminated).
 pub fn prog_load(request: &ProgLoad, log: Option<(u32, &mut [u8])>) -> io::Result<OwnedFd> {
+    prog_load_with_btf(request, None, log)
+}
+
+/// [`prog_load`] with program BTF (func_info for callbacks, line_info so
+/// the verifier's log quotes script lines).
+pub fn prog_load_with_btf(
+    request: &ProgLoad,
+    btf: Option<&ProgBtf>,
+    log: Option<(u32, &mut [u8])>,
+) -> io::Result<OwnedFd> {
     const LICENSE: &[u8] = b"GPL\0";
     let (log_level, log_buf, log_size) = match log {
         Some((level, buffer)) if !buffer.is_empty() => (
@@ -579,6 +637,19 @@ pub fn prog_load(request: &ProgLoad, log: Option<(u32, &mut [u8])>) -> io::Resul
         attach_btf_obj_fd: request.attach_btf_obj.map_or(0, |fd| fd.as_raw_fd() as u32),
         ..Default::default()
     };
+    if let Some(btf) = btf {
+        attr.prog_btf_fd = btf.fd.as_raw_fd() as u32;
+        if !btf.func_info.is_empty() {
+            attr.func_info_rec_size = btf.func_info_rec_size;
+            attr.func_info = btf.func_info.as_ptr() as u64;
+            attr.func_info_cnt = (btf.func_info.len() / btf.func_info_rec_size as usize) as u32;
+        }
+        if !btf.line_info.is_empty() {
+            attr.line_info_rec_size = btf.line_info_rec_size;
+            attr.line_info = btf.line_info.as_ptr() as u64;
+            attr.line_info_cnt = (btf.line_info.len() / btf.line_info_rec_size as usize) as u32;
+        }
+    }
     bpf_fd(BPF_PROG_LOAD, &mut attr)
 }
 
@@ -611,6 +682,22 @@ impl Default for ProgInfoRaw {
     }
 }
 
+/// Turns on `run_cnt`/`run_time_ns` counting for every BPF program for as
+/// long as the returned fd is open (BPF_ENABLE_STATS; the fd form of
+/// `kernel.bpf_stats_enabled`, undone when the process goes away).
+pub fn enable_run_stats() -> io::Result<OwnedFd> {
+    const BPF_ENABLE_STATS: u32 = 32;
+    const BPF_STATS_RUN_TIME: u32 = 0;
+    #[repr(C)]
+    struct EnableStatsAttr {
+        stats_type: u32,
+    }
+    let mut attr = EnableStatsAttr {
+        stats_type: BPF_STATS_RUN_TIME,
+    };
+    bpf_fd(BPF_ENABLE_STATS, &mut attr)
+}
+
 /// Run statistics of a loaded program. `run_cnt`/`run_time_ns` count only
 /// while `kernel.bpf_stats_enabled` is on; recursion misses always count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -632,6 +719,48 @@ pub fn prog_info(fd: BorrowedFd) -> io::Result<ProgInfo> {
         run_cnt: raw.run_cnt,
         recursion_misses: raw.recursion_misses,
     })
+}
+
+/// The prefix of `struct bpf_link_info` up to a perf-event kprobe's
+/// `missed` count (Linux 6.7).
+#[repr(C)]
+#[derive(Default)]
+struct LinkInfoKprobe {
+    link_type: u32,
+    id: u32,
+    prog_id: u32,
+    _pad: u32,
+    perf_event_type: u32,
+    _pad2: u32,
+    func_name: u64,
+    name_len: u32,
+    offset: u32,
+    addr: u64,
+    missed: u64,
+}
+
+const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
+const BPF_PERF_EVENT_KPROBE: u32 = 3;
+const BPF_PERF_EVENT_KRETPROBE: u32 = 4;
+
+/// How often the kprobe behind perf-event link `link` was hit but could not
+/// run its program (another kprobe was running on that CPU), or `None` when
+/// the kernel does not say (before 6.7, or not a kprobe link).
+pub fn kprobe_link_missed(link: BorrowedFd) -> io::Result<Option<u64>> {
+    let mut info = LinkInfoKprobe::default();
+    let mut attr = InfoAttr {
+        bpf_fd: link.as_raw_fd() as u32,
+        info_len: size_of::<LinkInfoKprobe>() as u32,
+        info: &mut info as *mut LinkInfoKprobe as u64,
+    };
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    // The kernel writes back how much of the struct it knows.
+    let known = attr.info_len as usize >= size_of::<LinkInfoKprobe>();
+    let kprobe = matches!(
+        info.perf_event_type,
+        BPF_PERF_EVENT_KPROBE | BPF_PERF_EVENT_KRETPROBE
+    );
+    Ok((known && info.link_type == BPF_LINK_TYPE_PERF_EVENT && kprobe).then_some(info.missed))
 }
 
 // ---- attaching -----------------------------------------------------------
@@ -930,6 +1059,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(PerfEventAttr, config1), 56);
         assert_eq!(std::mem::offset_of!(MapCreateAttr, map_name), 28);
         assert_eq!(std::mem::offset_of!(ProgLoadAttr, attach_btf_id), 108);
+        assert_eq!(std::mem::offset_of!(ProgLoadAttr, prog_btf_fd), 72);
+        assert_eq!(std::mem::offset_of!(ProgLoadAttr, line_info_cnt), 104);
+        assert_eq!(std::mem::offset_of!(BtfLoadAttr, btf_log_level), 24);
         assert_eq!(std::mem::offset_of!(BatchAttr, flags), 48);
         assert_eq!(std::mem::offset_of!(MapInfo, name), 24);
         assert_eq!(std::mem::offset_of!(ProgInfoRaw, name), 64);

@@ -92,7 +92,10 @@ fn counter_object(attach: AttachKind, overrun: bool, lines: Vec<(usize, Span)>) 
             map_relocs: vec![(4, 0)],
             lines,
             stack_bytes: 4,
+            func_info: vec![],
+            line_info: vec![],
         }],
+        btf: vec![],
     }
 }
 

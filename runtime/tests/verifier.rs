@@ -59,7 +59,62 @@ struct ProgLoadAttr {
     prog_name: [u8; 16],
     prog_ifindex: u32,
     expected_attach_type: u32,
-    _rest: [u64; 12],
+    prog_btf_fd: u32,
+    func_info_rec_size: u32,
+    func_info: u64,
+    func_info_cnt: u32,
+    line_info_rec_size: u32,
+    line_info: u64,
+    line_info_cnt: u32,
+    _rest: [u32; 17],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct BtfLoadAttr {
+    btf: u64,
+    btf_log_buf: u64,
+    btf_size: u32,
+    btf_log_size: u32,
+    btf_log_level: u32,
+    _pad: u32,
+}
+
+const BPF_BTF_LOAD: libc::c_long = 18;
+
+/// The object's program BTF, loaded as the runtime does (BPF_BTF_LOAD).
+fn load_object_btf(object: &Object) -> OwnedFd {
+    let mut log = vec![0u8; 1 << 16];
+    let mut attr = BtfLoadAttr {
+        btf: object.btf.as_ptr() as u64,
+        btf_size: object.btf.len() as u32,
+        btf_log_buf: log.as_mut_ptr() as u64,
+        btf_log_size: log.len() as u32,
+        btf_log_level: 1,
+        ..Default::default()
+    };
+    sys_bpf(BPF_BTF_LOAD, &mut attr).unwrap_or_else(|e| {
+        let end = log.iter().position(|b| *b == 0).unwrap_or(0);
+        panic!(
+            "BPF_BTF_LOAD: {e}\n{}",
+            String::from_utf8_lossy(&log[..end])
+        )
+    })
+}
+
+/// Loads one program with the object's program BTF, func_info and
+/// line_info (needed by kernel `foreach` callbacks).
+fn load_btf(
+    object: &Object,
+    program: &Program,
+    fds: &[OwnedFd],
+) -> Result<(OwnedFd, String), String> {
+    let btf = load_object_btf(object);
+    let with = Some(&btf);
+    load_with_log(program, fds, 4, with).or_else(|first| {
+        load_with_log(program, fds, 1, with)
+            .map_err(|log| format!("{first}\n--- full log (tail) ---\n{log}"))
+    })
 }
 
 #[repr(C)]
@@ -187,7 +242,9 @@ fn prog_type(attach: &AttachKind) -> u32 {
         AttachKind::Tracepoint { .. } => PROG_TRACEPOINT,
         AttachKind::PerfEvent { .. } => PROG_PERF_EVENT,
         AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => PROG_KPROBE,
-        AttachKind::Fentry { .. } => panic!("fentry needs an attach BTF id; not sampled"),
+        AttachKind::Fentry { .. } | AttachKind::TpBtf { .. } => {
+            panic!("tracing programs need an attach BTF id; not sampled")
+        }
         AttachKind::Netfilter { .. } => {
             panic!("netfilter needs an expected attach type; not sampled")
         }
@@ -199,8 +256,8 @@ fn prog_type(attach: &AttachKind) -> u32 {
 /// bounded loops can exceed any buffer); a failure is retried with the
 /// full log, whose tail (the kernel keeps the end) names the error.
 fn load(program: &Program, fds: &[OwnedFd]) -> Result<(OwnedFd, String), String> {
-    load_with_log(program, fds, 4).or_else(|first| {
-        load_with_log(program, fds, 1)
+    load_with_log(program, fds, 4, None).or_else(|first| {
+        load_with_log(program, fds, 1, None)
             .map_err(|log| format!("{first}\n--- full log (tail) ---\n{log}"))
     })
 }
@@ -209,6 +266,7 @@ fn load_with_log(
     program: &Program,
     fds: &[OwnedFd],
     log_level: u32,
+    btf: Option<&OwnedFd>,
 ) -> Result<(OwnedFd, String), String> {
     let mut insns = program.insns.clone();
     for &(at, map) in &program.map_relocs {
@@ -229,6 +287,19 @@ fn load_with_log(
         prog_name: name16(&program.name),
         ..Default::default()
     };
+    let func_info = bpf::btf::FuncInfo::encode_all(&program.func_info);
+    let line_info = bpf::btf::LineInfo::encode_all(&program.line_info);
+    if let Some(btf) = btf {
+        attr.prog_btf_fd = btf.as_raw_fd() as u32;
+        attr.func_info_rec_size = bpf::btf::FUNC_INFO_BYTES;
+        attr.func_info = func_info.as_ptr() as u64;
+        attr.func_info_cnt = program.func_info.len() as u32;
+        if !program.line_info.is_empty() {
+            attr.line_info_rec_size = bpf::btf::LINE_INFO_BYTES;
+            attr.line_info = line_info.as_ptr() as u64;
+            attr.line_info_cnt = program.line_info.len() as u32;
+        }
+    }
     let result = sys_bpf(BPF_PROG_LOAD, &mut attr);
     let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
     let text = String::from_utf8_lossy(&log[..end]).into_owned();
@@ -248,6 +319,8 @@ fn options() -> Options {
         max_string_len: 512,
         test_out_of_bounds: false,
         cpus: bpf::DEFAULT_CPUS,
+        tracepoint_mechanism: Default::default(),
+        kernel: Default::default(),
     }
 }
 
@@ -298,6 +371,8 @@ fn small_max_string_len_also_loads() {
             max_string_len: 64,
             test_out_of_bounds: false,
             cpus: bpf::DEFAULT_CPUS,
+            tracepoint_mechanism: Default::default(),
+            kernel: Default::default(),
         };
         let object = bpf::compile(&sample.module, &options).expect("compiles");
         let fds = create_maps(&object);
@@ -836,6 +911,10 @@ fn lower_script(script: &str) -> (stap_lang::source::SourceMap, stap_lang::ir::M
 
 const SCRIPTS: &[(&str, &str)] = &[
     (
+        "kernel_foreach.stp",
+        "global seen, names\nprobe kernel.trace(\"sched:sched_switch\") {\n  seen[$next->pid] += 1\n  names[$next->pid, execname()] = $prev->pid\n  if (seen[$next->pid] == 3) {\n    n = 0\n    s = 0\n    foreach ([p] in seen limit 4) {\n      n++\n      s += p + seen[p]\n      if (s > 1000000) break\n    }\n    foreach (v = [q, c] in names) {\n      if (c == \"swapper/0\") continue\n      s += v + q + strlen(c)\n    }\n    printf(\"%d %d\\n\", n, s)\n  }\n}\n",
+    ),
+    (
         "exec.stp",
         "probe kernel.trace(\"sched:sched_process_exec\") {\n  printf(\"%s %d %s\\n\", execname(), pid(), kernel_string($bprm->filename))\n}\n",
     ),
@@ -877,7 +956,7 @@ fn lowered_scripts_pass_the_verifier() {
     let mut failures = Vec::new();
     for (name, script) in &scripts {
         let (map, module) = lower_script(script);
-        let object = match bpf::compile(&module, &options()) {
+        let object = match bpf::compile_with_source(&module, &options(), &map) {
             Ok(object) => object,
             Err(diags) => {
                 failures.push(format!(
@@ -890,7 +969,7 @@ fn lowered_scripts_pass_the_verifier() {
         assert!(!object.programs.is_empty(), "{name}: no kernel programs");
         let fds = create_maps(&object);
         for program in &object.programs {
-            match load(program, &fds) {
+            match load_btf(&object, program, &fds) {
                 Ok((_, log)) => eprintln!(
                     "{name}/{}: loaded {} insns; {}",
                     program.name,
@@ -971,6 +1050,172 @@ fn extraction_past_the_compiled_cpu_count_is_an_error() {
             record.body,
             bpf::records::RecordBody::Error {
                 kind: bpf::records::ErrorKind::TooManyCpus,
+                ..
+            }
+        ),
+        "{record:?}"
+    );
+}
+
+/// A kernel `foreach` (a `bpf_for_each_map_elem` callback) run in the
+/// kernel: the probe fills arrays on one call, walks them on the next, and
+/// the printf records carry what the loops computed.
+#[test]
+fn kernel_foreach_walks_the_map_in_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let script = "global a, b\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id == 1000) {\n    a[10] = 1; a[20] = 2; a[30] = 3\n    b[\"x\", 7] = 5; b[\"yy\", 8] = 6\n  }\n  if ($id == 2000) {\n    n = 0; s = 0; t = 0; l = 0; found = 0\n    foreach ([k] in a) { n++; s += k * 100 + a[k] }\n    foreach (v = [k] in a) t += v\n    foreach ([k] in a limit 2) l++\n    foreach ([k] in a) { if (k == 20) { found = k; break } }\n    u = 0\n    foreach (w = [name, m] in b) u += strlen(name) * 1000 + m * 10 + w\n    printf(\"%d %d %d %d %d %d\\n\", n, s, t, l, found, u)\n  }\n  if ($id == 3000) {\n    foreach ([k] in a) if (k == 20) next\n    printf(\"after\\n\")\n  }\n}\n";
+    let (map, module) = lower_script(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
+    assert!(object.programs[0].needs_btf(), "the loops are callbacks");
+    let fds = create_maps(&object);
+    let (program, log) = load_btf(&object, &object.programs[0], &fds).unwrap_or_else(|e| {
+        panic!("{e}\n{}", bpf::listing(&object, &map));
+    });
+    eprintln!("kernel foreach: {}", processed(&log));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 1000]);
+    running.run(&[0, 2000]);
+    running.run(&[0, 3000]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1, "`next` inside the loop ends the probe");
+    let record = bpf::records::decode(&records[0], &module, 512).unwrap();
+    let bpf::records::RecordBody::Printf { args, .. } = record.body else {
+        panic!("{record:?}");
+    };
+    let longs: Vec<i64> = args
+        .iter()
+        .map(|a| match a {
+            bpf::records::Arg::Long(v) => *v,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    // "x",7 → 1000 + 70 + 5; "yy",8 → 2000 + 80 + 6.
+    assert_eq!(longs, vec![3, 6006, 6, 2, 20, 3161]);
+}
+
+/// Script functions with a `foreach`, inlined twice each into one probe:
+/// each copy is its own loop and callback (the copies share iterator ids),
+/// and a `return` inside the loop leaves it with the value.
+#[test]
+fn kernel_foreach_in_a_function_inlined_twice() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let script = "global a\nfunction walk(m) {\n  s = 0\n  foreach ([k] in a) s += k * m\n  return s\n}\nfunction find(x) {\n  foreach ([k] in a) if (k == x) return k * 100\n  return -1\n}\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id == 1000) { a[1] = 1; a[2] = 1 }\n  if ($id == 2000) printf(\"%d %d %d %d\\n\", walk(1), walk(10), find(2), find(5))\n}\n";
+    let (map, module) = lower_script(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
+    assert_eq!(object.programs[0].func_info.len(), 5, "four callbacks");
+    let fds = create_maps(&object);
+    let (program, _) = load_btf(&object, &object.programs[0], &fds)
+        .unwrap_or_else(|e| panic!("{e}\n{}", bpf::listing(&object, &map)));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 1000]);
+    running.run(&[0, 2000]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &module, 512).unwrap();
+    let bpf::records::RecordBody::Printf { args, .. } = record.body else {
+        panic!("{record:?}");
+    };
+    assert_eq!(
+        args,
+        vec![
+            bpf::records::Arg::Long(3),
+            bpf::records::Arg::Long(30),
+            bpf::records::Arg::Long(200),
+            bpf::records::Arg::Long(-1)
+        ]
+    );
+}
+
+/// A kernel that refuses the program BTF (here: a blob with a broken
+/// magic): programs without callbacks still load; one with a kernel
+/// `foreach` fails, saying why.
+#[test]
+fn refused_program_btf_fails_only_programs_with_callbacks() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let plain = "global a\nprobe kernel.trace(\"raw_syscalls:sys_enter\") { a[$id]++ }\n";
+    let looping = "global a\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  a[$id]++\n  foreach ([k] in a) n++\n  printf(\"%d\\n\", n)\n}\n";
+    for (script, needs) in [(plain, false), (looping, true)] {
+        let (map, module) = lower_script(script);
+        let mut object = bpf::compile_with_source(&module, &options(), &map).unwrap();
+        assert_eq!(object.programs[0].needs_btf(), needs);
+        object.btf[0] ^= 0xff;
+        match stap_runtime::load::load(&object) {
+            Ok(_) => assert!(!needs, "a callback cannot load without BTF"),
+            Err(error) => {
+                assert!(needs, "{error}");
+                let text = error.to_string();
+                eprintln!("{text}");
+                assert!(
+                    text.contains("needs program BTF") && text.contains("BPF_BTF_LOAD"),
+                    "{text}"
+                );
+            }
+        }
+    }
+}
+
+/// Each iteration of a kernel `foreach` is a MAXACTION tick: past the
+/// limit the probe stops with stap's error, inside the callback.
+#[test]
+fn kernel_foreach_iterations_count_towards_maxaction() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let script = "global a\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id == 1000) { a[1] = 1; a[2] = 2; a[3] = 3; a[4] = 4 }\n  if ($id == 2000) {\n    foreach ([k] in a) n++\n    printf(\"%d\\n\", n)\n  }\n}\n";
+    let (map, mut module) = lower_script(script);
+    module.limits.max_action = 2;
+    let object = bpf::compile_with_source(&module, &options(), &map).unwrap();
+    let fds = create_maps(&object);
+    let (program, _) =
+        load_btf(&object, &object.programs[0], &fds).unwrap_or_else(|e| panic!("{e}"));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 1000]);
+    running.run(&[0, 2000]);
+    let records = running.ring.drain();
+    assert_eq!(
+        records.len(),
+        1,
+        "the error ends the probe before its printf"
+    );
+    let record = bpf::records::decode(&records[0], &module, 512).unwrap();
+    assert!(
+        matches!(
+            record.body,
+            bpf::records::RecordBody::Error {
+                kind: bpf::records::ErrorKind::MaxAction,
                 ..
             }
         ),

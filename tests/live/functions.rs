@@ -144,6 +144,46 @@ fn tcp_sendmsg_size_and_dport_with_kprobe() {
     sendmsg("kprobe");
 }
 
+/// A pointer argument is a plain number in the script, whatever the
+/// mechanism: bit operations, arithmetic, a NULL test and `@cast` of a
+/// computed address all work on `$sk` (fentry's context types it as a
+/// kernel object, which the verifier would not let through these).
+const POINTER_ARITHMETIC: &str = r#"
+    probe kernel.function("tcp_sendmsg") {
+        if ($size == 9 && $sk->__sk_common->skc_dport == $1) {
+            sk = $sk
+            printf("aligned=%d high=%d same=%d xor=%d nonnull=%d null=%d cast=%d\n",
+                   sk & 7, (sk >> 63) & 1, (sk + 24) - 24 == $sk, sk ^ $sk,
+                   $sk != 0, $sk == 0,
+                   @cast((sk | 1) - 1, "struct sock", "kernel")->__sk_common->skc_dport == $1)
+            exit()
+        }
+    }"#;
+
+fn pointer_arithmetic(option: &str) {
+    let _one = serial();
+    if skip_without(option) {
+        return;
+    }
+    let (done, _) = run_with_traffic(option, POINTER_ARITHMETIC);
+    // Kernel addresses are 8-aligned for a struct sock and have bit 63 set.
+    assert_eq!(
+        done.stdout, "aligned=0 high=1 same=1 xor=0 nonnull=1 null=0 cast=1\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn pointer_argument_arithmetic_and_cast_with_fentry() {
+    pointer_arithmetic("fentry");
+}
+
+#[test]
+fn pointer_argument_arithmetic_and_cast_with_kprobe() {
+    pointer_arithmetic("kprobe");
+}
+
 /// `$return` and `@entry($len)` of tcp_recvmsg: the receiver's read.
 const RECVMSG: &str = r#"
     probe kernel.function("tcp_recvmsg").return {
@@ -367,4 +407,61 @@ fn without_fentry_or_kprobes_a_function_probe_fails_clearly_and_optional_is_skip
     .finish();
     assert_success(&done);
     assert_eq!(done.stdout, "begun\n", "stderr:\n{}", done.stderr);
+}
+
+/// Whether this kernel's perf-event link info carries a kprobe's miss
+/// count (`bpf_link_info.perf_event.kprobe.missed`), asked of its BTF
+/// through stap-rs itself.
+fn kprobe_misses_readable() -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .arg("-e")
+        .arg(
+            r#"probe begin {
+                 println(@defined(@cast(0, "struct bpf_link_info", "kernel")->perf_event->kprobe->missed) ? "yes" : "no")
+                 exit()
+               }"#,
+        )
+        .output()
+        .expect("running stap-rs");
+    String::from_utf8_lossy(&out.stdout).trim() == "yes"
+}
+
+/// A kprobe that fires while another kprobe's program runs on the same CPU
+/// is missed, and stap counts it as a skipped probe. The tcp_sendmsg
+/// handler calls bpf_snprintf (a sprintf), which runs
+/// bpf_bprintf_prepare, which carries a second kprobe: each of those
+/// nested hits is a miss.
+#[test]
+fn kprobe_misses_count_as_skipped_probes() {
+    let _one = serial();
+    if skip_without("kprobe") {
+        return;
+    }
+    if !kprobe_misses_readable() {
+        eprintln!(
+            "stap-rs-skip: this kernel's link info has no kprobe miss count (bpf_link_info.perf_event.kprobe.missed)"
+        );
+        return;
+    }
+    let script = r#"global sends
+        probe kernel.function("tcp_sendmsg") {
+            if ($size == 9 && $sk->__sk_common->skc_dport == $1) {
+                text = sprintf("%d bytes", $size)
+                sends++
+                if (sends == 3) { printf("%s x%d\n", text, sends); exit() }
+            }
+        }
+        probe kernel.function("bpf_bprintf_prepare") { }"#;
+    let (done, _) = run_with_traffic("kprobe", script);
+    assert_eq!(done.stdout, "9 bytes x3\n", "stderr:\n{}", done.stderr);
+    let skipped = done
+        .stderr
+        .lines()
+        .find_map(|l| l.split("skipped probes: ").nth(1))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        skipped.is_some_and(|n| n >= 3),
+        "expected at least 3 skipped probes (one per nested bpf_bprintf_prepare); stderr:\n{}",
+        done.stderr
+    );
 }

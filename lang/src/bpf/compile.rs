@@ -3,16 +3,18 @@
 
 use hashbrown::HashMap;
 
+use super::btf::{BtfWriter, FuncInfo, LineInfo, Linkage};
 use super::emit::{self, FormatsIndex, MapIndex};
 use super::inline::inline_calls;
 use super::layout;
 use super::maps::*;
 use super::snprintf;
-use super::{AttachKind, MapRole, MapSpec, Object, Options, Program};
+use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
 use crate::diag::Diagnostic;
 use crate::ir::{Function, Module, Op, Storage};
 use crate::kernel::TracepointArgs;
 use crate::sema::hir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
+use crate::source::SourceMap;
 
 /// `PERF_TYPE_SOFTWARE` / `PERF_COUNT_SW_CPU_CLOCK`, for `timer.profile`.
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -24,8 +26,28 @@ const PROFILE_PERIOD_NS: u64 = 4_000_000;
 /// `BPF_F_RDONLY_PROG`: programs may only read the map.
 const BPF_F_RDONLY_PROG: u32 = 1 << 7;
 
-/// Compiles every kernel-placed probe handler of `module` to BPF.
+/// Compiles every kernel-placed probe handler of `module` to BPF. The
+/// program BTF has func_info but no line_info (no source text): use
+/// [`compile_with_source`] when the script is at hand.
 pub fn compile(module: &Module, options: &Options) -> Result<Object, Vec<Diagnostic>> {
+    compile_in(module, options, None)
+}
+
+/// [`compile`], with line_info (file, line text, line and column) for
+/// every instruction's script statement, so verifier logs quote the script.
+pub fn compile_with_source(
+    module: &Module,
+    options: &Options,
+    source: &SourceMap,
+) -> Result<Object, Vec<Diagnostic>> {
+    compile_in(module, options, Some(source))
+}
+
+fn compile_in(
+    module: &Module,
+    options: &Options,
+    source: Option<&SourceMap>,
+) -> Result<Object, Vec<Diagnostic>> {
     let mut diags = Vec::new();
     // Each handler with its script-function calls inlined.
     let mut handlers: Vec<(usize, Function)> = Vec::new();
@@ -122,7 +144,7 @@ pub fn compile(module: &Module, options: &Options) -> Result<Object, Vec<Diagnos
     for (position, (probe_index, function)) in handlers.iter().enumerate() {
         let probe_index = *probe_index;
         let probe = &module.probes[probe_index];
-        let Some(attach) = attach_kind(&probe.kind) else {
+        let Some(attach) = attach_kind(&probe.kind, options.tracepoint_mechanism) else {
             diags.push(Diagnostic::unsupported(
                 format!("{} probes in the kernel", probe.kind.family()),
                 probe.span,
@@ -149,6 +171,15 @@ pub fn compile(module: &Module, options: &Options) -> Result<Object, Vec<Diagnos
                     map_relocs: emitted.map_relocs,
                     lines: emitted.lines,
                     stack_bytes: emitted.stack_bytes,
+                    func_info: emitted
+                        .callbacks
+                        .iter()
+                        .map(|at| FuncInfo {
+                            insn_off: *at as u32,
+                            type_id: 0,
+                        })
+                        .collect(),
+                    line_info: Vec::new(),
                 });
             }
             Err(mut errors) => diags.append(&mut errors),
@@ -158,7 +189,80 @@ pub fn compile(module: &Module, options: &Options) -> Result<Object, Vec<Diagnos
         return Err(diags);
     }
     maps[index.scratch].value_size = scratch_bytes.div_ceil(8) * 8;
-    Ok(Object { maps, programs })
+    let btf = program_btf(&mut programs, source);
+    Ok(Object {
+        maps,
+        programs,
+        btf,
+    })
+}
+
+/// One BTF blob for every program: `long (void *ctx)` for each handler,
+/// `long (void *map, void *key, void *value, void *ctx)` for each callback
+/// (static, as the verifier requires), and line_info from each program's
+/// instruction-to-span table. On entry a program's `func_info` holds only
+/// its callbacks' first instructions.
+fn program_btf(programs: &mut [Program], source: Option<&SourceMap>) -> Vec<u8> {
+    if programs.is_empty() {
+        return Vec::new();
+    }
+    let mut w = BtfWriter::new();
+    let long = w.int("long", 8);
+    let ptr = w.ptr(0);
+    let handler = w.func_proto(long, &[("ctx", ptr)]);
+    let callback = w.func_proto(
+        long,
+        &[("map", ptr), ("key", ptr), ("value", ptr), ("ctx", ptr)],
+    );
+    for program in programs.iter_mut() {
+        let mut records = vec![FuncInfo {
+            insn_off: 0,
+            type_id: w.func(&program.name, handler, Linkage::Global),
+        }];
+        for (i, start) in program.func_info.iter().enumerate() {
+            let name = format!("{}_each{i}", program.name);
+            records.push(FuncInfo {
+                insn_off: start.insn_off,
+                type_id: w.func(&name, callback, Linkage::Static),
+            });
+        }
+        program.func_info = records;
+        if let Some(source) = source {
+            program.line_info = line_info(program, source, &mut w);
+        }
+    }
+    w.finish()
+}
+
+/// One record per line-table entry, the last one when several share an
+/// instruction (the kernel wants strictly increasing offsets).
+fn line_info(program: &Program, source: &SourceMap, w: &mut BtfWriter) -> Vec<LineInfo> {
+    let mut records: Vec<LineInfo> = Vec::new();
+    for (at, span) in &program.lines {
+        if *at >= program.insns.len() {
+            continue;
+        }
+        let Some((_, file)) = source.files().nth(span.file.0 as usize) else {
+            continue;
+        };
+        let (line, column) = file.line_col(span.start as usize);
+        let starts = file.line_starts();
+        let begin = starts.get(line - 1).copied().unwrap_or(0);
+        let end = starts.get(line).copied().unwrap_or(file.text.len());
+        let text = file.text.get(begin..end).unwrap_or("").trim_end();
+        let record = LineInfo {
+            insn_off: *at as u32,
+            file_name_off: w.string(&file.name),
+            line_off: w.string(text),
+            line: line as u32,
+            column: column as u32,
+        };
+        match records.last_mut() {
+            Some(last) if last.insn_off == record.insn_off => *last = record,
+            _ => records.push(record),
+        }
+    }
+    records
 }
 
 fn touched_by_kernel(handlers: &[(usize, Function)], global: GlobalId) -> bool {
@@ -180,6 +284,7 @@ fn format_table(
 ) -> Result<Option<(FormatsIndex, Vec<u8>)>, Vec<Diagnostic>> {
     let mut data = Vec::new();
     let mut offsets = HashMap::new();
+    let mut segments = HashMap::new();
     let mut needed = false;
     let mut diags = Vec::new();
     for (_, function) in handlers {
@@ -187,14 +292,37 @@ fn format_table(
             match &inst.op {
                 Op::Sprintf { format, .. } => {
                     needed = true;
-                    if offsets.contains_key(&format.0) {
+                    if offsets.contains_key(&format.0) || segments.contains_key(&format.0) {
                         continue;
                     }
-                    match snprintf::kernel_format(&module.format(*format).text) {
-                        Ok(text) => {
-                            offsets.insert(format.0, data.len() as u32);
-                            data.extend_from_slice(text.as_bytes());
-                            data.push(0);
+                    let text = &module.format(*format).text;
+                    if let Ok(kernel) = snprintf::kernel_format(text) {
+                        offsets.insert(format.0, data.len() as u32);
+                        data.extend_from_slice(kernel.as_bytes());
+                        data.push(0);
+                        continue;
+                    }
+                    // Split: the helper's parts go in the table, the rest
+                    // is emitted code (emit/format.rs).
+                    match snprintf::segments(text) {
+                        Ok(parts) => {
+                            let mut placed = Vec::new();
+                            for part in parts {
+                                match part {
+                                    snprintf::Segment::Kernel { format, args } => {
+                                        placed.push(emit::FormatPart::Kernel {
+                                            offset: data.len() as u32,
+                                            args,
+                                        });
+                                        data.extend_from_slice(format.as_bytes());
+                                        data.push(0);
+                                    }
+                                    snprintf::Segment::Custom(spec) => {
+                                        placed.push(emit::FormatPart::Custom(spec))
+                                    }
+                                }
+                            }
+                            segments.insert(format.0, placed);
                         }
                         Err(directive) => diags.push(Diagnostic::unsupported(
                             format!("{directive} in a sprintf format in kernel probes"),
@@ -202,7 +330,11 @@ fn format_table(
                         )),
                     }
                 }
-                Op::Builtin { name, .. } if name == "symname" || name == "symdata" => needed = true,
+                Op::Builtin { name, .. }
+                    if name == "symname" || name == "symdata" || name == "modname" =>
+                {
+                    needed = true
+                }
                 _ => {}
             }
         }
@@ -223,6 +355,7 @@ fn format_table(
     let index = FormatsIndex {
         map,
         offsets,
+        segments,
         symname,
         symdata,
     };
@@ -273,9 +406,12 @@ fn global_map(id: GlobalId, storage: &Storage, max_string_len: u32) -> MapSpec {
     }
 }
 
-fn attach_kind(kind: &ProbeKind) -> Option<AttachKind> {
+fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<AttachKind> {
     Some(match kind {
         ProbeKind::Tracepoint { system, name, args } => match args {
+            TracepointArgs::Raw(_) if tracepoints == TracepointMechanism::TpBtf => {
+                AttachKind::TpBtf { name: name.clone() }
+            }
             TracepointArgs::Raw(_) => AttachKind::RawTracepoint { name: name.clone() },
             TracepointArgs::Classic(_) => AttachKind::Tracepoint {
                 system: system.clone(),

@@ -61,6 +61,9 @@ pub const JSLE: u8 = 0xd0;
 /// `ld_imm64` source-register markers.
 pub const PSEUDO_MAP_FD: u8 = 1;
 pub const PSEUDO_MAP_VALUE: u8 = 2;
+/// `ld_imm64` of a BPF function's address (a callback); `imm` is the
+/// target's offset from the next instruction, as for a pseudo call.
+pub const PSEUDO_FUNC: u8 = 4;
 
 /// Registers.
 pub const R0: u8 = 0;
@@ -86,12 +89,14 @@ pub mod helper {
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_COMM: i32 = 16;
+    pub const GET_CURRENT_TASK: i32 = 35;
     pub const JIFFIES64: i32 = 118;
     pub const PROBE_READ_USER: i32 = 112;
     pub const PROBE_READ_KERNEL: i32 = 113;
     pub const PROBE_READ_USER_STR: i32 = 114;
     pub const PROBE_READ_KERNEL_STR: i32 = 115;
     pub const RINGBUF_OUTPUT: i32 = 130;
+    pub const FOR_EACH_MAP_ELEM: i32 = 164;
     pub const SNPRINTF: i32 = 165;
     pub const MAP_LOOKUP_PERCPU_ELEM: i32 = 195;
 
@@ -105,12 +110,14 @@ pub mod helper {
             GET_CURRENT_PID_TGID => "get_current_pid_tgid",
             GET_CURRENT_UID_GID => "get_current_uid_gid",
             GET_CURRENT_COMM => "get_current_comm",
+            GET_CURRENT_TASK => "get_current_task",
             JIFFIES64 => "jiffies64",
             PROBE_READ_USER => "probe_read_user",
             PROBE_READ_KERNEL => "probe_read_kernel",
             PROBE_READ_USER_STR => "probe_read_user_str",
             PROBE_READ_KERNEL_STR => "probe_read_kernel_str",
             RINGBUF_OUTPUT => "ringbuf_output",
+            FOR_EACH_MAP_ELEM => "for_each_map_elem",
             SNPRINTF => "snprintf",
             MAP_LOOKUP_PERCPU_ELEM => "map_lookup_percpu_elem",
             _ => return None,
@@ -258,6 +265,15 @@ impl Insn {
 
     /// `dst = &map.value[0] + offset` for a one-entry array map (the loader
     /// writes the fd into the first imm; the offset is in the second).
+    /// The address of the BPF function `offset` instructions after this
+    /// pair's first slot + 1 (patched once the callback is placed).
+    pub fn ld_func(dst: u8, offset: i32) -> [Insn; 2] {
+        [
+            Insn::new(LD | IMM | DW, dst, PSEUDO_FUNC, 0, offset),
+            Insn::new(0, 0, 0, 0, 0),
+        ]
+    }
+
     pub fn ld_map_value(dst: u8, offset: i32) -> [Insn; 2] {
         [
             Insn::new(LD | IMM | DW, dst, PSEUDO_MAP_VALUE, 0, 0),
@@ -366,6 +382,7 @@ pub fn disassemble(insns: &[u64], index: usize) -> String {
             match s {
                 PSEUDO_MAP_FD => format!("r{d} = map[fd {}]", insn.imm),
                 PSEUDO_MAP_VALUE => format!("r{d} = map_value[fd {}] + {high}", insn.imm),
+                PSEUDO_FUNC => format!("r{d} = func[{}]", index as i64 + 1 + insn.imm as i64),
                 _ => {
                     let value = (insn.imm as u32 as u64) | ((high as u32 as u64) << 32);
                     format!("r{d} = {:#x} ll", value)

@@ -43,6 +43,16 @@ pub fn listing(object: &Object, map: &SourceMap) -> String {
         let mut last_line: Option<(u32, usize)> = None;
         let mut index = 0;
         while index < program.insns.len() {
+            if let Some(n) = program
+                .func_info
+                .iter()
+                .skip(1)
+                .position(|f| f.insn_off as usize == index)
+            {
+                // A callback (a kernel `foreach` body) starts here.
+                let _ = writeln!(out, "; callback {} ({}_each{n})", n + 1, program.name);
+                last_line = None;
+            }
             while let Some((_, span)) = lines.next_if(|(at, _)| *at <= index) {
                 let (file, line, text) = source_line(map, *span);
                 let key = (span.file.0, line);

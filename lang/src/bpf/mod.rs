@@ -4,8 +4,10 @@
 //!
 //! The output, an [`Object`], is the contract with the runtime loader.
 
+pub mod btf;
 mod compile;
 mod emit;
+pub mod facts;
 pub mod inline;
 pub mod insn;
 pub mod layout;
@@ -16,7 +18,7 @@ pub mod regalloc;
 pub mod samples;
 pub mod snprintf;
 
-pub use compile::compile;
+pub use compile::{compile, compile_with_source};
 pub use listing::listing;
 
 use crate::ir::FuncId;
@@ -42,6 +44,23 @@ pub struct Options {
     /// (/sys/devices/system/cpu/possible); a statistic found on a CPU past
     /// it is a run-time error, never a silently wrong value.
     pub cpus: u32,
+    /// How `kernel.trace` probes with BTF-typed arguments attach.
+    pub tracepoint_mechanism: TracepointMechanism,
+    /// What code generation needs from the kernel's BTF
+    /// ([`facts::EmitFacts::for_module`]); the default knows nothing and is
+    /// always safe.
+    pub kernel: facts::EmitFacts,
+}
+
+/// `--tracepoint-mechanism`: raw tracepoints need no BTF at load time;
+/// tp_btf programs are `BPF_PROG_TYPE_TRACING` attached through the
+/// `btf_trace_NAME` typedef. Both run through the same kernel dispatch
+/// (bench/analysis.md has the measurements behind the default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TracepointMechanism {
+    #[default]
+    RawTp,
+    TpBtf,
 }
 
 impl Options {
@@ -50,6 +69,8 @@ impl Options {
             max_string_len: limits.max_string_len.clamp(8, 1 << 16) as u32,
             test_out_of_bounds: false,
             cpus: DEFAULT_CPUS,
+            tracepoint_mechanism: TracepointMechanism::default(),
+            kernel: facts::EmitFacts::default(),
         }
     }
 }
@@ -60,6 +81,10 @@ impl Options {
 pub struct Object {
     pub maps: Vec<MapSpec>,
     pub programs: Vec<Program>,
+    /// Program BTF (`btf.rs`), one blob for every program: the loader
+    /// loads it once with `BPF_BTF_LOAD` and passes its fd with each
+    /// program's `func_info`/`line_info`. Empty when there are no programs.
+    pub btf: Vec<u8>,
 }
 
 /// How a program attaches; the runtime picks the syscalls from this.
@@ -67,6 +92,13 @@ pub struct Object {
 pub enum AttachKind {
     /// `BPF_PROG_TYPE_RAW_TRACEPOINT`, attached with `BPF_RAW_TRACEPOINT_OPEN`.
     RawTracepoint {
+        name: String,
+    },
+    /// `BPF_PROG_TYPE_TRACING` with `expected_attach_type`
+    /// `BPF_TRACE_RAW_TP`, loaded against the `btf_trace_NAME` typedef and
+    /// attached with `BPF_RAW_TRACEPOINT_OPEN` (no name: the target is the
+    /// program's).
+    TpBtf {
         name: String,
     },
     /// `BPF_PROG_TYPE_TRACEPOINT` through a perf event on the tracefs id.
@@ -124,8 +156,23 @@ pub struct Program {
     /// Instruction index → the script span it came from, sorted by index;
     /// a verifier error at instruction N maps to the last entry ≤ N.
     pub lines: Vec<(usize, Span)>,
-    /// Bytes of BPF stack used (≤ 512), for diagnostics.
+    /// Bytes of BPF stack used (≤ 512), for diagnostics: with callbacks,
+    /// the deepest call chain, as the verifier counts it.
     pub stack_bytes: u32,
+    /// One record per BPF function (the handler at 0, then each callback),
+    /// type ids into `Object::btf`.
+    pub func_info: Vec<btf::FuncInfo>,
+    /// Script lines per instruction, strings in `Object::btf`; empty when
+    /// compiled without the source map.
+    pub line_info: Vec<btf::LineInfo>,
+}
+
+impl Program {
+    /// A program with callbacks (kernel `foreach`) cannot load without
+    /// program BTF; others only lose line info in verifier logs.
+    pub fn needs_btf(&self) -> bool {
+        self.func_info.len() > 1
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

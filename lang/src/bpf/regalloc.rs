@@ -32,6 +32,9 @@ pub struct Allocation {
     pub string_slots: u32,
     /// Registers read before any write on some path from the entry.
     pub entry_live: Vec<Reg>,
+    /// Per block, the registers live on entry to it (a kernel `foreach`
+    /// hands exactly these to and from its callback).
+    pub live_in: Vec<Vec<Reg>>,
 }
 
 impl Allocation {
@@ -223,7 +226,9 @@ fn liveness(function: &Function) -> (Vec<RegSet>, Vec<RegSet>) {
 
 /// `[start, end]` in the linear order of instructions (one position per
 /// instruction and per terminator), hulls over every live point.
-fn intervals(function: &Function) -> (Vec<Option<(u32, u32)>>, Vec<Reg>) {
+type Intervals = (Vec<Option<(u32, u32)>>, Vec<Reg>, Vec<Vec<Reg>>);
+
+fn intervals(function: &Function) -> Intervals {
     let (live_in, live_out) = liveness(function);
     let entry_live = live_in
         .first()
@@ -261,12 +266,13 @@ fn intervals(function: &Function) -> (Vec<Option<(u32, u32)>>, Vec<Reg>) {
         }
         pos += 1;
     }
-    (spans, entry_live)
+    let live_in = live_in.iter().map(|set| set.iter().collect()).collect();
+    (spans, entry_live, live_in)
 }
 
 /// Allocates every register of `function`.
 pub fn allocate(function: &Function) -> Allocation {
-    let (spans, entry_live) = intervals(function);
+    let (spans, entry_live, live_in) = intervals(function);
     let mut locations = vec![Location::Unused; function.regs.len()];
     let mut string_slots = 0;
     let mut order: Vec<(u32, u32, usize)> = Vec::new();
@@ -323,5 +329,6 @@ pub fn allocate(function: &Function) -> Allocation {
         spill_slots,
         string_slots,
         entry_live,
+        live_in,
     }
 }

@@ -220,10 +220,10 @@ const BUILTINS: &[Builtin] = &[
     both("symname", &[L], STRING, "Symbol name of a kernel address"),
     both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),
     both("modname", &[L], STRING, "Module name of a kernel address"),
-    kernel_only("print_backtrace", &[], VOID, "Print the kernel stack of the probe, symbolized"),
-    kernel_only("backtrace", &[], STRING, "Kernel stack of the probe as hex addresses"),
-    kernel_only("sprint_backtrace", &[], STRING, "Kernel stack of the probe, symbolized, as a string"),
-    kernel_only("print_ubacktrace", &[], VOID, "Print the user stack of the current task, symbolized"),
+    both("print_backtrace", &[], VOID, "Print the kernel stack of the probe, symbolized (host probes have none)"),
+    both("backtrace", &[], STRING, "Kernel stack of the probe as hex addresses (host probes have none)"),
+    both("sprint_backtrace", &[], STRING, "Kernel stack of the probe, symbolized, as a string (host probes have none)"),
+    both("print_ubacktrace", &[], VOID, "Print the user stack of the current task, symbolized (host probes have none)"),
     kernel_only("task_backtrace", &[L], STRING, "Kernel stack of the given task as hex addresses"),
     both("print_stack", &[S], VOID, "Print a backtrace() string, symbolized"),
     both("sprint_stack", &[S], STRING, "Symbolize a backtrace() string"),
@@ -346,7 +346,7 @@ mod tests {
         let printd = lookup("printd").unwrap();
         assert_eq!(printd.min_args(), 3);
 
-        assert!(!lookup("print_backtrace").unwrap().host);
+        assert!(!lookup("task_backtrace").unwrap().host);
         assert!(!lookup("tokenize").unwrap().kernel);
         assert!(lookup("ctime").unwrap().host && lookup("ctime").unwrap().kernel);
         assert!(lookup("gettimeofday_ns").unwrap().kernel);

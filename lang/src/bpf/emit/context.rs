@@ -1,15 +1,16 @@
 //! Probe context, memory reads and the builtins usable in kernel probes.
 
 use super::*;
+use crate::bpf::facts::TaskChain;
 
 impl Emitter<'_> {
     pub(super) fn context_arg(&mut self, dst: Reg, index: u32) {
-        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
         match self.context {
-            ContextStyle::U64Array { .. } if index < 12 => {
-                self.push(Insn::load(DW, R0, R1, (index * 8) as i16))
+            ContextStyle::U64Array { btf_typed, .. } if index < 12 => {
+                self.context_slot(index, btf_typed && self.is_pointer_slot(index));
             }
             ContextStyle::PtRegs if (index as usize) < PT_REGS_ARGS.len() => {
+                self.push(Insn::load(DW, R1, FP, FRAME_CTX));
                 self.push(Insn::load(DW, R0, R1, PT_REGS_ARGS[index as usize]))
             }
             _ => {
@@ -20,6 +21,51 @@ impl Emitter<'_> {
             }
         }
         self.set_result(dst, R0);
+    }
+
+    pub(super) fn context_return(&mut self, dst: Reg) {
+        match self.context {
+            ContextStyle::U64Array {
+                ret_index: Some(index),
+                btf_typed,
+            } => self.context_slot(index, btf_typed && self.is_pointer_slot(index)),
+            ContextStyle::PtRegs => {
+                self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                self.push(Insn::load(DW, R0, R1, PT_REGS_AX));
+            }
+            _ => {
+                self.unsupported("$return outside a .return probe");
+                return;
+            }
+        }
+        self.set_result(dst, R0);
+    }
+
+    fn is_pointer_slot(&self, index: u32) -> bool {
+        index >= 64 || self.pointer_slots & (1 << index) != 0
+    }
+
+    /// `ctx[index]` into r0 as a plain number. In BTF-typed contexts
+    /// (fentry/fexit, tp_btf, netfilter) a direct load of a struct pointer
+    /// slot gives a typed kernel pointer: the verifier then refuses
+    /// arithmetic and bit operations on it, refuses the load outright for
+    /// a pointer to a pointer, and takes it to be non-NULL (so `$p == 0`
+    /// would be compiled away). A script value is a long, so the slot is
+    /// copied with `bpf_probe_read_kernel`, whose output is a scalar.
+    fn context_slot(&mut self, index: u32, typed_pointer: bool) {
+        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+        if !typed_pointer {
+            self.push(Insn::load(DW, R0, R1, (index * 8) as i16));
+            return;
+        }
+        self.push(Insn::mov_reg(R3, R1));
+        if index > 0 {
+            self.push(Insn::alu64_imm(insn::ADD, R3, (index * 8) as i32));
+        }
+        self.frame_ptr(R1, FRAME_TMP);
+        self.push(Insn::mov_imm(R2, 8));
+        self.call(helper::PROBE_READ_KERNEL);
+        self.push(Insn::load(DW, R0, FP, FRAME_TMP));
     }
 
     pub(super) fn read_memory(&mut self, dst: Reg, addr: Reg, size: u32, signed: bool, user: bool) {
@@ -83,7 +129,24 @@ impl Emitter<'_> {
                 self.call(helper::GET_SMP_PROCESSOR_ID);
                 long_result(self);
             }
-            "ktime_get_ns" | "local_clock_ns" => {
+            "ppid" | "euid" => {
+                let chain = if name == "ppid" {
+                    self.task.ppid
+                } else {
+                    self.task.euid
+                };
+                let Some(chain) = chain else {
+                    self.unsupported(format!(
+                        "{name}() in kernel probes (the kernel's BTF lacks the task fields it reads)"
+                    ));
+                    return;
+                };
+                self.current_task_chain(chain);
+                long_result(self);
+            }
+            // BPF has no cycle-counter helper and this host has no hardware
+            // PMU; like the host side, the monotonic clock in nanoseconds.
+            "ktime_get_ns" | "local_clock_ns" | "get_cycles" => {
                 self.call(helper::KTIME_GET_NS);
                 long_result(self);
             }
@@ -175,6 +238,16 @@ impl Emitter<'_> {
                 };
                 self.snprintf(dst, offset, &[addr]);
             }
+            "modname" => {
+                let (Some(dst), Some(addr), Some(formats)) =
+                    (dst, args.first().copied(), self.maps.formats.as_ref())
+                else {
+                    return;
+                };
+                let offset = formats.symdata;
+                self.snprintf(dst, offset, &[addr]);
+                self.module_of_symbol(dst);
+            }
             "error" => {
                 let Some(message) = args.first().copied() else {
                     return;
@@ -187,5 +260,84 @@ impl Emitter<'_> {
             }
             _ => self.unsupported(format!("{name}() in kernel probes")),
         }
+    }
+
+    /// `current->POINTER->VALUE` as an unsigned 4-byte value, into r0. The
+    /// current task and its parent and credentials cannot fault; were a
+    /// read to fail, the helper zero-fills and the result is 0.
+    fn current_task_chain(&mut self, chain: TaskChain) {
+        self.call(helper::GET_CURRENT_TASK);
+        for (offset, size) in [(chain.pointer, 8), (chain.value, 4)] {
+            self.push(Insn::mov_reg(R3, R0));
+            self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
+            self.push(Insn::store_imm(DW, FP, FRAME_TMP, 0));
+            self.frame_ptr(R1, FRAME_TMP);
+            self.push(Insn::mov_imm(R2, size));
+            self.call(helper::PROBE_READ_KERNEL);
+            let width = if size == 8 { DW } else { W };
+            self.push(Insn::load(width, R0, FP, FRAME_TMP));
+        }
+    }
+
+    /// Rewrites `%pS` text in string `dst` ("tcp_v4_rcv+0x91/0x1c0" or
+    /// "nf_hook+0x10/0x80 [nf_tables]", possibly with a build id after the
+    /// module) to the module name, or "kernel" when there is none: stap's
+    /// `modname()`. The name is built in the zeroed work space (so it comes
+    /// NUL-padded) with bounded byte loops, then copied over `dst`.
+    fn module_of_symbol(&mut self, dst: Reg) {
+        let n = self.n as i32;
+        let temp = self.scratch.temp;
+        let scan = self.new_label();
+        let found = self.new_label();
+        let copy = self.new_label();
+        let finish = self.new_label();
+        let core = self.new_label();
+        let done = self.new_label();
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        self.str_addr(dst, R1);
+        // r3: read index, looking for '['.
+        self.push(Insn::mov_imm(R3, 0));
+        self.bind(scan);
+        self.jump(Insn::jump_imm(insn::JGE, R3, n, 0), core);
+        self.push(Insn::mov_reg(R4, R1));
+        self.push(Insn::alu64_reg(insn::ADD, R4, R3));
+        self.push(Insn::load(B, R4, R4, 0));
+        self.jump(Insn::jump_imm(insn::JEQ, R4, 0, 0), core);
+        self.jump(Insn::jump_imm(insn::JEQ, R4, b'[' as i32, 0), found);
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.goto(scan);
+        self.bind(found);
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        // Through map memory, so the verifier forgets where '[' was and
+        // checks the copy loop once, not once per position.
+        self.scratch_addr(R2, temp + self.stride);
+        self.push(Insn::store(DW, R2, 0, R3));
+        self.push(Insn::load(DW, R3, R2, 0));
+        // r5: write index into the work space.
+        self.push(Insn::mov_imm(R5, 0));
+        self.bind(copy);
+        self.jump(Insn::jump_imm(insn::JGE, R3, n, 0), finish);
+        self.jump(Insn::jump_imm(insn::JGE, R5, n - 1, 0), finish);
+        self.push(Insn::mov_reg(R4, R1));
+        self.push(Insn::alu64_reg(insn::ADD, R4, R3));
+        self.push(Insn::load(B, R4, R4, 0));
+        for end in [0, b']' as i32, b' ' as i32] {
+            self.jump(Insn::jump_imm(insn::JEQ, R4, end, 0), finish);
+        }
+        self.scratch_addr(R0, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R0, R5));
+        self.push(Insn::store(B, R0, 0, R4));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.push(Insn::alu64_imm(insn::ADD, R5, 1));
+        self.goto(copy);
+        self.bind(finish);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
+        self.goto(done);
+        self.bind(core);
+        self.const_str(dst, "kernel");
+        self.bind(done);
     }
 }

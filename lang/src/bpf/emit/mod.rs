@@ -16,6 +16,8 @@
 //!   constants; spill slots follow it.
 
 mod context;
+mod foreach;
+mod format;
 mod globals;
 mod output;
 mod statistics;
@@ -73,11 +75,15 @@ pub(super) struct MapIndex {
 }
 
 /// Where each `bpf_snprintf` format sits in the formats map's value.
+pub(super) use format::FormatPart;
+
 #[derive(Debug, Clone)]
 pub(super) struct FormatsIndex {
     pub map: usize,
     /// `FormatId` → byte offset.
     pub offsets: HashMap<u32, u32>,
+    /// Formats `bpf_snprintf` cannot take whole, in parts (`format.rs`).
+    pub segments: HashMap<u32, Vec<FormatPart>>,
     /// `%ps` (symname) and `%pS` (symdata).
     pub symname: u32,
     pub symdata: u32,
@@ -90,6 +96,9 @@ pub(super) struct Emitted {
     pub stack_bytes: u32,
     /// Bytes of the scratch region this handler uses (0 = none).
     pub scratch_bytes: u32,
+    /// First instruction of each callback (kernel `foreach` bodies), in
+    /// order; the handler itself starts at 0.
+    pub callbacks: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +123,11 @@ struct ScratchLayout {
     record: u32,
     /// `bpf_snprintf`'s u64 argument array.
     sprintf: u32,
+    /// Kernel `foreach` state the verifier must not track (a value in a
+    /// map, unlike the stack, is an unknown scalar to it, so a callback's
+    /// states converge): the MAXACTION tick count, then each loop's
+    /// `limit` countdown.
+    loops: u32,
     size: u32,
 }
 
@@ -121,7 +135,12 @@ struct ScratchLayout {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ContextStyle {
     /// `u64 ctx[]`: raw tracepoints, fentry/fexit (`ret_index` = arg count).
-    U64Array { ret_index: Option<u32> },
+    /// `btf_typed`: the verifier types pointer slots as kernel objects
+    /// (fentry/fexit, tp_btf, netfilter), see `context.rs`.
+    U64Array {
+        ret_index: Option<u32>,
+        btf_typed: bool,
+    },
     /// x86_64 `struct pt_regs`: kprobes, uprobes.
     PtRegs,
     /// A classic tracepoint's record.
@@ -155,7 +174,10 @@ pub(super) fn emit_probe(
         n,
         stride,
         maps,
-        context: context_style(&probe.kind),
+        context: context_style(
+            &probe.kind,
+            options.tracepoint_mechanism == super::TracepointMechanism::TpBtf,
+        ),
         max_action: module.limits.max_action,
         cpus: options.cpus.clamp(1, MAX_CPUS) as i32,
         insns: Vec::new(),
@@ -168,14 +190,44 @@ pub(super) fn emit_probe(
         scratch: ScratchLayout::default(),
         epilogue: Label(0),
         out_of_bounds,
+        regions: Vec::new(),
+        block_owner: Vec::new(),
+        reachable: Vec::new(),
+        pending_callbacks: Vec::new(),
+        callback_starts: Vec::new(),
+        func_fixups: Vec::new(),
+        in_callback: false,
+        current_block: 0,
+        frame_labels: Vec::new(),
+        task: options.kernel.task,
+        pointer_slots: options.kernel.pointer_slots(probe_index),
     };
+    emitter.plan_regions();
     emitter.scratch = emitter.plan_scratch();
     emitter.function_body();
-    let stack_bytes = FRAME_FIXED_BYTES + 8 * emitter.alloc.spill_slots;
+    // Every frame (handler and callbacks) has the same layout; the
+    // verifier adds up the frames of the deepest call chain, each rounded
+    // up to 32 bytes.
+    let mut frame_bytes = FRAME_FIXED_BYTES + 8 * emitter.alloc.spill_slots;
+    let depth = emitter.regions.iter().map(|r| r.depth).max().unwrap_or(0);
+    if depth > 0 {
+        // A callback keeps its context pointer past the spill slots.
+        frame_bytes += 8;
+    }
+    let stack_bytes = if depth > 0 {
+        frame_bytes.div_ceil(32) * 32 * (1 + depth)
+    } else {
+        frame_bytes
+    };
     if stack_bytes > MAX_STACK {
+        let callbacks = if depth > 0 {
+            format!(", counting {depth} nested foreach callback frame(s)")
+        } else {
+            String::new()
+        };
         emitter.diags.push(
             Diagnostic::error(format!(
-                "probe {} needs {stack_bytes} bytes of BPF stack (the limit is {MAX_STACK})",
+                "probe {} needs {stack_bytes} bytes of BPF stack (the limit is {MAX_STACK}){callbacks}",
                 probe.point
             ))
             .at(probe.span, "in this probe")
@@ -198,21 +250,27 @@ pub(super) fn emit_probe(
         return Err(emitter.diags);
     }
     let insns = emitter.finish()?;
+    let mut callbacks: Vec<usize> = emitter.callback_starts.iter().map(|(at, _)| *at).collect();
+    callbacks.sort();
     Ok(Emitted {
         insns,
         map_relocs: emitter.relocs,
         lines: emitter.lines,
         stack_bytes,
         scratch_bytes: emitter.scratch.size,
+        callbacks,
     })
 }
 
-fn context_style(kind: &ProbeKind) -> ContextStyle {
+fn context_style(kind: &ProbeKind, tp_btf: bool) -> ContextStyle {
     match kind {
         ProbeKind::Tracepoint {
             args: TracepointArgs::Raw(_),
             ..
-        } => ContextStyle::U64Array { ret_index: None },
+        } => ContextStyle::U64Array {
+            ret_index: None,
+            btf_typed: tp_btf,
+        },
         ProbeKind::Tracepoint { .. } => ContextStyle::Record,
         ProbeKind::KernelFunction {
             mechanism: FunctionMechanism::Fentry,
@@ -221,10 +279,14 @@ fn context_style(kind: &ProbeKind) -> ContextStyle {
             ..
         } => ContextStyle::U64Array {
             ret_index: is_return.then_some(proto.params.len() as u32),
+            btf_typed: true,
         },
         ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. } => ContextStyle::PtRegs,
         // `struct bpf_nf_ctx { state; skb; }`: two 8-byte pointers.
-        ProbeKind::Netfilter { .. } => ContextStyle::U64Array { ret_index: None },
+        ProbeKind::Netfilter { .. } => ContextStyle::U64Array {
+            ret_index: None,
+            btf_typed: true,
+        },
         _ => ContextStyle::None,
     }
 }
@@ -282,6 +344,29 @@ struct Emitter<'a> {
     scratch: ScratchLayout,
     epilogue: Label,
     out_of_bounds: bool,
+    /// Kernel `foreach` loops (`foreach.rs`).
+    regions: Vec<foreach::Region>,
+    /// Per block, the innermost loop whose callback holds it (None: the
+    /// handler).
+    block_owner: Vec<Option<usize>>,
+    reachable: Vec<bool>,
+    /// Loops whose callback is still to be emitted.
+    pending_callbacks: Vec<usize>,
+    /// (first instruction, loop) of each emitted callback.
+    callback_starts: Vec<(usize, usize)>,
+    /// `ld_imm64` of a callback's address, patched in `finish`.
+    func_fixups: Vec<(usize, Label)>,
+    /// Emitting a callback: ticks count in the scratch region.
+    in_callback: bool,
+    /// The IR block being emitted.
+    current_block: usize,
+    /// Block labels of the BPF function being emitted (a callback maps
+    /// its loop's header and exit to its own returns).
+    frame_labels: Vec<Label>,
+    /// BTF offsets for `ppid()`/`euid()`.
+    task: super::facts::TaskLayout,
+    /// Context slots that may hold BTF-typed pointers (`facts.rs`).
+    pointer_slots: u64,
 }
 
 impl Emitter<'_> {
@@ -329,6 +414,10 @@ impl Emitter<'_> {
             };
             self.insns[at].off = offset;
         }
+        for (at, label) in std::mem::take(&mut self.func_fixups) {
+            let target = self.labels[label.0].unwrap_or(at + 1);
+            self.insns[at].imm = (target as i64 - at as i64 - 1) as i32;
+        }
         Ok(self.insns.iter().map(|i| i.encode()).collect())
     }
 
@@ -337,6 +426,13 @@ impl Emitter<'_> {
         if self.lines.last().map(|(_, s)| *s) != Some(span) {
             self.lines.push((self.insns.len(), span));
         }
+    }
+
+    /// A line entry here even if the span did not change: each BPF
+    /// function must start with a line_info record.
+    fn force_span(&mut self, span: Span) {
+        self.span = span;
+        self.lines.push((self.insns.len(), span));
     }
 
     fn unsupported(&mut self, what: impl std::fmt::Display) {
@@ -517,10 +613,19 @@ impl Emitter<'_> {
                     Op::Builtin { name, .. } if name == "error" => {
                         record = record.max(HEADER_BYTES + 16 + 8 + pmax + stride)
                     }
-                    Op::Builtin { name, .. } if name == "symname" || name == "symdata" => {
+                    Op::Builtin { name, .. }
+                        if name == "symname" || name == "symdata" || name == "modname" =>
+                    {
                         sprintf = sprintf.max(8)
                     }
-                    Op::Sprintf { args, .. } => sprintf = sprintf.max(8 * args.len() as u32),
+                    Op::Sprintf { args, format, .. } => {
+                        sprintf = sprintf.max(8 * args.len() as u32);
+                        // Split formats also keep their digits there.
+                        let split = self.maps.formats.as_ref();
+                        if split.is_some_and(|f| f.segments.contains_key(&format.0)) {
+                            sprintf = sprintf.max(format::DIGITS_BYTES);
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -537,6 +642,7 @@ impl Emitter<'_> {
         layout.value = take(value);
         layout.record = take(record);
         layout.sprintf = take(sprintf);
+        layout.loops = take(foreach::loops_bytes(&self.regions));
         layout.size = next;
         layout
     }
@@ -570,14 +676,45 @@ impl Emitter<'_> {
         let function = self.function;
         let block_labels: Vec<Label> = function.blocks.iter().map(|_| self.new_label()).collect();
         self.prologue(bail);
-        let reachable = reachable_blocks(function);
+        self.reachable = reachable_blocks(function);
+        self.frame_labels = block_labels.clone();
+        // Blocks of kernel `foreach` bodies go to their callbacks.
         let order: Vec<usize> = (0..function.blocks.len())
-            .filter(|b| reachable[*b])
+            .filter(|b| self.reachable[*b] && self.block_owner.get(*b).copied().flatten().is_none())
             .collect();
-        let mut out_of_bounds = self.out_of_bounds;
+        self.emit_blocks(&order, &block_labels, self.out_of_bounds);
+        // Shared exit: give the nesting level back.
+        self.bind(self.epilogue);
+        if self.scratch.size > 0 {
+            self.push(Insn::load(DW, R1, FP, FRAME_COUNTERS));
+            self.push(Insn::load(DW, R2, R1, (COUNTER_DEPTH * 8) as i16));
+            self.push(Insn::alu64_imm(insn::SUB, R2, 1));
+            self.push(Insn::store(DW, R1, (COUNTER_DEPTH * 8) as i16, R2));
+        }
+        self.bind(bail);
+        let kind = &self.module.probes[self.probe as usize].kind;
+        self.push(Insn::mov_imm(R0, return_value(kind)));
+        self.push(Insn::exit());
+        self.emit_callbacks(&block_labels);
+    }
+
+    /// Emits `order`'s blocks in one BPF function; jumps go to `labels`.
+    fn emit_blocks(&mut self, order: &[usize], labels: &[Label], out_of_bounds: bool) {
+        let function = self.function;
+        let block_labels = labels;
+        let mut out_of_bounds = out_of_bounds;
         for (position, &b) in order.iter().enumerate() {
             self.bind(block_labels[b]);
+            self.current_block = b;
             let block = &function.blocks[b];
+            let next = order.get(position + 1).map(|nb| block_labels[*nb]);
+            if let Some(exit) = self.loop_exit_of_header(b) {
+                // The helper call at `IterStart` ran the whole loop.
+                if next != Some(block_labels[exit]) {
+                    self.goto(block_labels[exit]);
+                }
+                continue;
+            }
             for inst in &block.insts {
                 self.note_span(inst.span);
                 // Skips the handler's own set-up (local initialisation
@@ -592,21 +729,8 @@ impl Emitter<'_> {
                 self.op(&inst.op);
             }
             self.note_span(block.term_span);
-            let next = order.get(position + 1).map(|nb| block_labels[*nb]);
-            self.term(&block.term, &block_labels, next);
+            self.term(&block.term, block_labels, next);
         }
-        // Shared exit: give the nesting level back.
-        self.bind(self.epilogue);
-        if self.scratch.size > 0 {
-            self.push(Insn::load(DW, R1, FP, FRAME_COUNTERS));
-            self.push(Insn::load(DW, R2, R1, (COUNTER_DEPTH * 8) as i16));
-            self.push(Insn::alu64_imm(insn::SUB, R2, 1));
-            self.push(Insn::store(DW, R1, (COUNTER_DEPTH * 8) as i16, R2));
-        }
-        self.bind(bail);
-        let kind = &self.module.probes[self.probe as usize].kind;
-        self.push(Insn::mov_imm(R0, return_value(kind)));
-        self.push(Insn::exit());
     }
 
     fn prologue(&mut self, bail: Label) {
@@ -838,15 +962,13 @@ impl Emitter<'_> {
                 what,
             } => self.stat_get(*dst, *global, keys, *what),
             Op::PrintHist { .. } => self.unsupported("printing a histogram in a kernel probe"),
-            Op::IterStart { sort, .. } => {
-                if sort.is_some() {
-                    self.unsupported("foreach in a kernel probe (move it to a host probe)")
-                } else {
-                    self.unsupported(
-                        "foreach in a kernel probe, even unsorted (move it to a host probe)",
-                    )
-                }
-            }
+            Op::IterStart {
+                global,
+                sort,
+                limit,
+                ..
+            } => self.iter_start(*global, *sort, *limit),
+            // Decoded at the start of the loop's callback.
             Op::IterNext { .. } => {}
             Op::Call { .. } => self.unsupported(
                 "calling a script function from a kernel probe (the BPF backend does not inline functions yet)",
@@ -874,20 +996,7 @@ impl Emitter<'_> {
                 }
                 self.set_result(*dst, R0);
             }
-            Op::ContextReturn { dst } => {
-                self.push(Insn::load(DW, R1, FP, FRAME_CTX));
-                match self.context {
-                    ContextStyle::U64Array {
-                        ret_index: Some(index),
-                    } => self.push(Insn::load(DW, R0, R1, (index * 8) as i16)),
-                    ContextStyle::PtRegs => self.push(Insn::load(DW, R0, R1, PT_REGS_AX)),
-                    _ => {
-                        self.unsupported("$return outside a .return probe");
-                        return;
-                    }
-                }
-                self.set_result(*dst, R0);
-            }
+            Op::ContextReturn { dst } => self.context_return(*dst),
             Op::ReadKernel {
                 dst,
                 addr,
@@ -907,12 +1016,19 @@ impl Emitter<'_> {
                     .formats
                     .as_ref()
                     .and_then(|f| f.offsets.get(&format.0).copied());
-                match offset {
-                    Some(offset) => self.snprintf(*dst, offset, args),
-                    None => self.unsupported("this sprintf format in kernel probes"),
+                let parts = self
+                    .maps
+                    .formats
+                    .as_ref()
+                    .and_then(|f| f.segments.get(&format.0).cloned());
+                match (offset, parts) {
+                    (Some(offset), _) => self.snprintf(*dst, offset, args),
+                    (None, Some(parts)) => self.sprintf_parts(*dst, &parts, args),
+                    (None, None) => self.unsupported("this sprintf format in kernel probes"),
                 }
             }
             Op::Exit => self.exit_record(),
+            Op::Tick if self.in_callback => self.callback_tick(),
             Op::Tick => self.tick(),
         }
     }

@@ -76,7 +76,28 @@ impl FnLowering<'_, '_> {
             }
             _ => {
                 let regs = self.values(args);
-                let ret = builtins::lookup(name).map_or(ReturnType::Void, |b| b.ret);
+                let builtin = builtins::lookup(name);
+                if self.side == crate::sema::hir::Placement::Host
+                    && builtin.is_some_and(|b| !b.host)
+                {
+                    // Needs a kernel probe's context (its task, registers
+                    // or kernel memory), which host probes do not have.
+                    self.m.unsupported(
+                        format!(
+                            "{name}() in a probe that runs on the host (begin, end, error, timer)"
+                        ),
+                        span,
+                    );
+                }
+                if self.side == crate::sema::hir::Placement::Kernel
+                    && builtin.is_some_and(|b| !b.kernel)
+                {
+                    self.m.unsupported(
+                        format!("{name}() in a kernel probe (call it from a host probe)"),
+                        span,
+                    );
+                }
+                let ret = builtin.map_or(ReturnType::Void, |b| b.ret);
                 let dst = match ret {
                     ReturnType::Void => None,
                     ReturnType::Long => Some(self.body.reg(ValType::Long)),
@@ -339,6 +360,25 @@ mod tests {
         let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
         let program = program.ok_or_else(|| render_plain(&map, &diags))?;
         ir::lower::lower(&program).map_err(|d| render_plain(&map, &d))
+    }
+
+    #[test]
+    fn kernel_only_builtins_in_host_probes_are_unsupported() {
+        let err = lower("probe timer.s(1) { println(kernel_long(0), jiffies()) }").unwrap_err();
+        assert!(
+            err.contains("unsupported: kernel_long() in a probe that runs on the host"),
+            "{err}"
+        );
+        assert!(err.contains("unsupported: jiffies()"), "{err}");
+        // Host-capable ones, and the same call in a kernel probe, lower.
+        assert!(lower("probe begin { print_backtrace(); println(pp()) }").is_ok());
+        assert!(lower(r#"probe kernel.trace("kfree_skb") { println(kernel_long(0)) }"#).is_ok());
+        let err =
+            lower(r#"probe kernel.trace("kfree_skb") { println(strtol("1", 10)) }"#).unwrap_err();
+        assert!(
+            err.contains("unsupported: strtol() in a kernel probe"),
+            "{err}"
+        );
     }
 
     fn ops(module: &Module) -> Vec<Op> {

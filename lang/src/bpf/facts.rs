@@ -1,0 +1,174 @@
+//! What the emitter needs from the kernel's BTF, looked up at compile time
+//! and only for what the kernel probes use (other scripts pay nothing):
+//!
+//! - where the current task's fields sit, for the built-ins BPF has no
+//!   helper for: `ppid()` is `current->real_parent->tgid` and `euid()` is
+//!   `current->cred->euid`;
+//! - which context slots of BTF-typed programs (fentry/fexit, tp_btf) hold
+//!   pointers, which must be copied out as numbers (`emit/context.rs`).
+
+use crate::ir::{Module, Op};
+use crate::kernel::{self, KernelFacts, TracepointArgs, TypeKind};
+use crate::sema::hir::{Placement, ProbeKind};
+
+/// Kernel facts for code generation; `Default` knows nothing, which is
+/// always safe (pointer slots are all copied, `ppid()` is unsupported).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmitFacts {
+    pub task: TaskLayout,
+    /// Per probe (by index): bit `i` set when context slot `i` may be a
+    /// typed pointer. Probes past the end: every slot may be.
+    pub pointer_slots: Vec<u64>,
+}
+
+impl EmitFacts {
+    pub fn for_module(module: &Module, facts: &dyn KernelFacts) -> EmitFacts {
+        EmitFacts {
+            task: TaskLayout::for_module(module, facts),
+            pointer_slots: module
+                .probes
+                .iter()
+                .map(|probe| pointer_slots(&probe.kind, facts))
+                .collect(),
+        }
+    }
+
+    pub fn pointer_slots(&self, probe: usize) -> u64 {
+        self.pointer_slots.get(probe).copied().unwrap_or(u64::MAX)
+    }
+}
+
+/// Slots whose BTF type is a pointer to anything but `void`: the verifier
+/// types those as kernel objects (or rejects the load, for a pointer to a
+/// pointer) in tracing programs. `void *` and integers load as numbers.
+fn pointer_slots(kind: &ProbeKind, facts: &dyn KernelFacts) -> u64 {
+    let (params, ret) = match kind {
+        ProbeKind::Tracepoint {
+            args: TracepointArgs::Raw(params),
+            ..
+        } => (params, None),
+        ProbeKind::KernelFunction { proto, .. } => (&proto.params, proto.ret),
+        _ => return u64::MAX,
+    };
+    let is_pointer = |ty| match facts.kind(ty) {
+        TypeKind::Pointer(target) => !matches!(facts.kind(target), TypeKind::Void),
+        _ => false,
+    };
+    let mut slots = 0u64;
+    for (i, param) in params.iter().enumerate().take(63) {
+        if is_pointer(param.ty) {
+            slots |= 1 << i;
+        }
+    }
+    // fexit's return value follows the arguments.
+    if let Some(ret) = ret
+        && params.len() < 63
+        && is_pointer(ret)
+    {
+        slots |= 1 << params.len();
+    }
+    slots
+}
+
+/// Byte offsets of one pointer chain ending in a 4-byte integer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskChain {
+    /// Offset of the pointer in `task_struct`.
+    pub pointer: u32,
+    /// Offset of the integer in the object it points to.
+    pub value: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskLayout {
+    /// `real_parent`, then `tgid` in the parent.
+    pub ppid: Option<TaskChain>,
+    /// `cred`, then `euid` (a `kuid_t`) in the credentials.
+    pub euid: Option<TaskChain>,
+}
+
+impl TaskLayout {
+    /// The offsets the kernel probes of `module` need; `Default` (none) when
+    /// no kernel probe calls `ppid()` or `euid()`.
+    pub fn for_module(module: &Module, facts: &dyn KernelFacts) -> TaskLayout {
+        let used = |wanted: &str| {
+            module
+                .functions
+                .iter()
+                .filter(|f| f.side == Placement::Kernel)
+                .flat_map(|f| &f.blocks)
+                .flat_map(|b| &b.insts)
+                .any(|inst| matches!(&inst.op, Op::Builtin { name, .. } if name == wanted))
+        };
+        let mut layout = TaskLayout::default();
+        if used("ppid") {
+            layout.ppid = chain(facts, "real_parent", "struct task_struct", &["tgid"]);
+        }
+        if used("euid") {
+            layout.euid = chain(facts, "cred", "struct cred", &["euid", "val"]);
+        }
+        layout
+    }
+}
+
+/// `task_struct.POINTER` and the offset of `path` (members, nested) inside
+/// `target`, all from BTF; `None` when the kernel lacks any of them or a
+/// field is not where a 4-byte read can take it.
+fn chain(facts: &dyn KernelFacts, pointer: &str, target: &str, path: &[&str]) -> Option<TaskChain> {
+    let task = facts.find_type("struct task_struct").ok()??;
+    let field = kernel::find_member(facts, task, pointer)?;
+    if field.bit_offset % 8 != 0 || !matches!(facts.kind(field.ty), TypeKind::Pointer(_)) {
+        return None;
+    }
+    let mut ty = facts.find_type(target).ok()??;
+    let mut bits = 0;
+    for name in path {
+        let member = kernel::find_member(facts, ty, name)?;
+        bits += member.bit_offset;
+        ty = member.ty;
+    }
+    let four_bytes = matches!(facts.kind(ty), TypeKind::Int { bytes: 4, .. });
+    (bits % 8 == 0 && four_bytes).then_some(TaskChain {
+        pointer: field.bit_offset / 8,
+        value: bits / 8,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeKernel;
+
+    #[test]
+    fn ppid_chain_comes_from_btf_offsets() {
+        let facts = FakeKernel::new();
+        let ppid = chain(&facts, "real_parent", "struct task_struct", &["tgid"]);
+        assert_eq!(
+            ppid,
+            Some(TaskChain {
+                pointer: 1280,
+                value: 1268
+            })
+        );
+        // A type the kernel lacks gives no chain, never a guess.
+        assert_eq!(
+            chain(&facts, "cred", "struct no_such_cred", &["euid"]),
+            None
+        );
+    }
+
+    #[test]
+    fn only_non_void_pointer_slots_are_marked() {
+        let facts = FakeKernel::new();
+        let tp = facts.tracepoint(Some("skb"), "kfree_skb").unwrap().unwrap();
+        let kind = ProbeKind::Tracepoint {
+            system: tp.system,
+            name: tp.name,
+            args: tp.args,
+        };
+        // skb and rx_sk are struct pointers; location is `void *`, reason
+        // an enum.
+        assert_eq!(pointer_slots(&kind, &facts), 0b1001);
+        assert_eq!(pointer_slots(&ProbeKind::TimerProfile, &facts), u64::MAX);
+    }
+}

@@ -1,0 +1,170 @@
+//! An unsorted `foreach` inside a kernel probe (a `bpf_for_each_map_elem`
+//! callback with program BTF): one kernel probe fills an array keyed by the
+//! pids of this test's own trigger runs, another walks it when a second
+//! trigger name fires, with `limit`, `break` and value binding, and the
+//! test checks every number against the pids it spawned.
+
+use std::process::Command;
+
+use super::{Session, assert_success, build, closed_port, serial, trigger_until_done};
+
+/// x86_64 `socket(2)`: the trigger's `udp` mode makes exactly one.
+const SYS_SOCKET: i64 = 41;
+
+#[test]
+fn kernel_foreach_sums_keys_and_values_with_limit_and_break() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    // a[pid] = arrival order (1, 2, 3); the walk prints each element, the
+    // key total, how many `limit 2` visits, and which pid `break` stopped
+    // at (the second arrival).
+    let script = format!(
+        r#"global a, arrivals
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKFeFill") {{
+               arrivals++
+               a[pid()] = arrivals
+             }}
+             if ($id == {SYS_SOCKET} && execname() == "stapKFeWalk") {{
+               total = 0; values = 0; n = 0; found = 0; visits = 0
+               foreach (v = [k] in a) {{
+                 printf("key %d %d\n", k, v)
+                 total += k
+                 values += a[k]
+               }}
+               foreach ([k] in a limit 2) n++
+               foreach ([k] in a) {{
+                 visits++
+                 if (a[k] == 2) {{ found = k; break }}
+               }}
+               printf("total %d values %d limit %d found %d visited %d\n", total, values, n, found, visits <= 3)
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let mut pids = Vec::new();
+    for _ in 0..3 {
+        let mut child = Command::new(&trigger)
+            .args(["stapKFeFill", "udp", "127.0.0.1", &port])
+            .spawn()
+            .expect("running the trigger");
+        pids.push(child.id() as i64);
+        let status = child.wait().expect("waiting for the trigger");
+        assert!(status.success(), "trigger failed: {status}");
+    }
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKFeWalk", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    // Hash order is the kernel's: compare the element lines as a set.
+    let mut lines: Vec<&str> = done.stdout.lines().collect();
+    let summary = lines.pop().unwrap_or_default().to_string();
+    lines.sort();
+    let mut expected: Vec<String> = pids
+        .iter()
+        .enumerate()
+        .map(|(i, pid)| format!("key {pid} {}", i + 1))
+        .collect();
+    expected.sort();
+    assert_eq!(lines, expected, "stderr:\n{}", done.stderr);
+    let total: i64 = pids.iter().sum();
+    assert_eq!(
+        summary,
+        format!("total {total} values 6 limit 2 found {} visited 1", pids[1]),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn kernel_foreach_sorted_is_a_compile_error_naming_the_host_probe_move() {
+    let done = Session::start(&[
+        "-p4",
+        "-e",
+        r#"global a
+           probe kernel.trace("raw_syscalls:sys_enter") {
+             a[pid()]++
+             foreach ([k] in a-) printf("%d\n", k)
+           }"#,
+    ])
+    .finish();
+    assert!(
+        !done.status.success(),
+        "a sorted kernel foreach must not compile"
+    );
+    assert!(
+        done.stderr
+            .contains("unsupported: a sorted foreach in a kernel probe (move it to a host probe)"),
+        "{}",
+        done.stderr
+    );
+}
+
+/// Why `--kernel-probes=OPTION` cannot run here (stap-rs probes the kernel
+/// for the mechanism), or `None` when it can.
+fn unavailable(option: &str) -> Option<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["--kernel-probes", option, "-p2", "-e"])
+        .arg(r#"probe kernel.function("udp_sendmsg") { }"#)
+        .output()
+        .expect("running stap-rs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr.lines().find(|l| l.contains("cannot use"));
+    line.map(|l| l.trim_start_matches("error: ").to_string())
+}
+
+/// The callback also loads into fentry (BPF_PROG_TYPE_TRACING) and kprobe
+/// programs: a kernel.function probe walks an array a tracepoint probe
+/// filled for the same trigger process.
+#[test]
+fn kernel_foreach_in_fentry_and_kprobe_probes() {
+    let mut missing = Vec::new();
+    for option in ["fentry", "kprobe"] {
+        if let Some(reason) = unavailable(option) {
+            eprintln!("{option} unavailable: {reason}");
+            missing.push(reason);
+            continue;
+        }
+        let _one = serial();
+        let trigger = build("trigger");
+        let port = closed_port().to_string();
+        let script = format!(
+            r#"global a
+               probe kernel.trace("raw_syscalls:sys_enter") {{
+                 if ($id == {SYS_SOCKET} && execname() == "stapKFeFn") a[pid()] = 7
+               }}
+               probe kernel.function("udp_sendmsg") {{
+                 if (execname() == "stapKFeFn") {{
+                   n = 0; s = 0
+                   foreach (v = [k] in a) {{ n++; s += v; if (k != pid()) s += 1000 }}
+                   printf("{option} %d %d\n", n, s)
+                   exit()
+                 }}
+               }}"#
+        );
+        let mut session = Session::start(&["--kernel-probes", option, "-e", &script]);
+        session.wait_ready();
+        trigger_until_done(
+            &mut session,
+            &trigger,
+            &["stapKFeFn", "udp", "127.0.0.1", &port],
+        );
+        let done = session.finish();
+        assert_success(&done);
+        assert_eq!(
+            done.stdout,
+            format!("{option} 1 7\n"),
+            "stderr:\n{}",
+            done.stderr
+        );
+    }
+    if missing.len() == 2 {
+        eprintln!("stap-rs-skip: {}", missing.join("; "));
+    }
+}
