@@ -174,22 +174,26 @@ impl<'a> Frontend<'a> {
         library: &[ast::File],
         args: &Args,
     ) -> Result<sema::Program, Failed> {
-        let options = sema::ElabOptions {
-            defines: args.defines.clone(),
-            global_overrides: args.globals.clone(),
-            kernel_probes: match args.kernel_probes {
-                KernelProbes::Auto => sema::KernelProbes::Auto,
-                KernelProbes::Fentry => sema::KernelProbes::Fentry,
-                KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
-            },
-        };
-        let (program, diags) = sema::elaborate(user, library, self.kernel, &options);
+        let (program, diags) = sema::elaborate(user, library, self.kernel, &elab_options(args));
         report(map, &diags)?;
         program.ok_or_else(|| fail("elaboration failed"))
     }
 }
 
 /// Prints diagnostics; fails when any is an error.
+/// Pass 2's options from the command line.
+pub fn elab_options(args: &Args) -> sema::ElabOptions {
+    sema::ElabOptions {
+        defines: args.defines.clone(),
+        global_overrides: args.globals.clone(),
+        kernel_probes: match args.kernel_probes {
+            KernelProbes::Auto => sema::KernelProbes::Auto,
+            KernelProbes::Fentry => sema::KernelProbes::Fentry,
+            KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
+        },
+    }
+}
+
 fn report(map: &SourceMap, diags: &[Diagnostic]) -> Result<(), Failed> {
     if diags.is_empty() {
         return Ok(());

@@ -18,8 +18,8 @@ mod complete;
 mod console;
 mod input;
 
-use crate::cli::{Args, KernelProbes};
-use crate::driver::{Failed, Frontend, fail};
+use crate::cli::Args;
+use crate::driver::{Failed, Frontend, elab_options, fail};
 use stap_lang::diag;
 use stap_lang::ir::{self, Storage};
 use stap_lang::kernel::KernelFacts;
@@ -575,16 +575,7 @@ fn elaborate(
     library: &[ast::File],
     args: &Args,
 ) -> Result<sema::Program, Failed> {
-    let options = sema::ElabOptions {
-        defines: args.defines.clone(),
-        global_overrides: args.globals.clone(),
-        kernel_probes: match args.kernel_probes {
-            KernelProbes::Auto => sema::KernelProbes::Auto,
-            KernelProbes::Fentry => sema::KernelProbes::Fentry,
-            KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
-        },
-    };
-    let (program, diags) = sema::elaborate(user, library, kernel, &options);
+    let (program, diags) = sema::elaborate(user, library, kernel, &elab_options(args));
     let shown: Vec<diag::Diagnostic> = diags
         .into_iter()
         .filter(|d| {

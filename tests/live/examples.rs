@@ -39,10 +39,12 @@ fn loopback_pair() -> (TcpStream, TcpStream, SocketAddr, SocketAddr) {
     (client, server, client_addr, server_addr)
 }
 
-#[test]
-fn tcp_send_prints_one_line_per_send_with_addresses_ports_and_bytes() {
+/// Runs `script` while 9 bytes cross a loopback connection, and checks it
+/// printed exactly one `pid comm local:port -> remote:port 9` line, from
+/// this process, with the client's end (or the server's) as the local end.
+fn one_nine_byte_line(script: &str, client_is_local: bool) {
     let _one = serial();
-    let mut session = Session::start(&[&example("tcp_send.stp")]);
+    let mut session = Session::start(&[&example(script)]);
     session.wait_ready();
     let (mut client, mut server, client_addr, server_addr) = loopback_pair();
     client.write_all(b"123456789").expect("sending");
@@ -51,15 +53,25 @@ fn tcp_send_prints_one_line_per_send_with_addresses_ports_and_bytes() {
     interrupt(&session);
     let done = session.finish();
     assert_success(&done);
+    let (local, remote) = if client_is_local {
+        (client_addr, server_addr)
+    } else {
+        (server_addr, client_addr)
+    };
     let tail = format!(
         "127.0.0.1:{} -> 127.0.0.1:{} 9",
-        client_addr.port(),
-        server_addr.port()
+        local.port(),
+        remote.port()
     );
     let lines: Vec<&str> = done.stdout.lines().filter(|l| l.ends_with(&tail)).collect();
     assert_eq!(lines.len(), 1, "stdout:\n{}", done.stdout);
     let pid = lines[0].split(' ').next().unwrap_or_default();
     assert_eq!(pid, std::process::id().to_string(), "{}", lines[0]);
+}
+
+#[test]
+fn tcp_send_prints_one_line_per_send_with_addresses_ports_and_bytes() {
+    one_nine_byte_line("tcp_send.stp", true);
 }
 
 #[test]
@@ -246,26 +258,8 @@ fn no_netfilter_probes() -> Option<String> {
 
 #[test]
 fn tcp_recv_prints_one_line_per_receive_with_addresses_ports_and_bytes() {
-    let _one = serial();
-    let mut session = Session::start(&[&example("tcp_recv.stp")]);
-    session.wait_ready();
-    let (mut client, mut server, client_addr, server_addr) = loopback_pair();
-    client.write_all(b"123456789").expect("sending");
-    let mut got = [0u8; 9];
-    server.read_exact(&mut got).expect("receiving");
-    interrupt(&session);
-    let done = session.finish();
-    assert_success(&done);
     // The receiving end is this host's end: server first.
-    let tail = format!(
-        "127.0.0.1:{} -> 127.0.0.1:{} 9",
-        server_addr.port(),
-        client_addr.port()
-    );
-    let lines: Vec<&str> = done.stdout.lines().filter(|l| l.ends_with(&tail)).collect();
-    assert_eq!(lines.len(), 1, "stdout:\n{}", done.stdout);
-    let pid = lines[0].split(' ').next().unwrap_or_default();
-    assert_eq!(pid, std::process::id().to_string(), "{}", lines[0]);
+    one_nine_byte_line("tcp_recv.stp", false);
 }
 
 #[test]
