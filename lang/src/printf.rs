@@ -128,6 +128,53 @@ pub fn arg_kinds(pieces: &[Piece]) -> Vec<ArgKind> {
         .collect()
 }
 
+/// How many bytes a `%m`/`%M` reads at its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryLen {
+    /// The fixed precision, or 1 without one (as stap).
+    Fixed(u32),
+    /// A `*` precision: the long argument at this index of the format's
+    /// arguments (negative means the default, 1).
+    Star(usize),
+}
+
+/// A `%m`/`%M` argument: what to read at the address it consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryArg {
+    pub len: MemoryLen,
+    /// `%#m`/`%#M`: user memory rather than kernel memory.
+    pub user: bool,
+}
+
+/// For each argument a whole format consumes (as [`arg_kinds`]), the memory
+/// read at it when a `%m`/`%M` takes it as its address.
+pub fn memory_args(pieces: &[Piece]) -> Vec<Option<MemoryArg>> {
+    let mut out = Vec::new();
+    for piece in pieces {
+        let Piece::Spec(spec) = piece else { continue };
+        if spec.width == Some(Count::Star) {
+            out.push(None);
+        }
+        let mut len = MemoryLen::Fixed(spec.precision.map_or(1, |p| match p {
+            Count::Fixed(n) => n,
+            Count::Star => 0,
+        }));
+        if spec.precision == Some(Count::Star) {
+            len = MemoryLen::Star(out.len());
+            out.push(None);
+        }
+        let memory = matches!(
+            spec.conversion,
+            Conversion::MemoryLower | Conversion::MemoryUpper
+        );
+        out.push(memory.then_some(MemoryArg {
+            len,
+            user: spec.flags.alternate,
+        }));
+    }
+    out
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FormatError {
     /// Byte offset into the format text.
@@ -622,6 +669,31 @@ mod tests {
             assert_eq!(spec(f).arg_kinds(), [L], "{f}");
         }
         assert_eq!(arg_kinds(&parse("%s=%d %%").unwrap()), [S, L]);
+    }
+
+    #[test]
+    fn memory_args_line_up_with_arg_kinds() {
+        let pieces = parse("%s %m %*.*M %#.3m %.*m %d").unwrap();
+        let memory = memory_args(&pieces);
+        assert_eq!(memory.len(), arg_kinds(&pieces).len());
+        let kernel = |len| Some(MemoryArg { len, user: false });
+        assert_eq!(
+            memory,
+            [
+                None,
+                kernel(MemoryLen::Fixed(1)),
+                None,
+                None,
+                kernel(MemoryLen::Star(3)),
+                Some(MemoryArg {
+                    len: MemoryLen::Fixed(3),
+                    user: true,
+                }),
+                None,
+                kernel(MemoryLen::Star(6)),
+                None,
+            ]
+        );
     }
 
     #[test]

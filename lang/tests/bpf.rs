@@ -491,3 +491,85 @@ fn return_from_a_kernel_foreach_in_an_inlined_function_leaves_the_loop() {
     assert!(listing.contains("= 2\n"), "{listing}");
     assert!(listing.contains("if r1 == 2 goto"), "{listing}");
 }
+
+// ----- %m/%M in a kernel printf -----
+
+/// Memory at a `%m`/`%M` address goes into the record: after a string
+/// (a running offset), with a fixed, a `*` and a default precision, and
+/// `%#m` reading user memory.
+const PRINTF_MEMORY: &str = "probe kernel.trace(\"sys_enter\") {\n  printf(\"%s %.4m %.*M %#m\\n\", execname(), $id, 3, $id, $id)\n}\n";
+
+#[test]
+fn listing_printf_copies_memory_into_the_record() {
+    let (module, map) = lower(PRINTF_MEMORY);
+    let object =
+        bpf::compile(&module, &options()).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let listing = bpf::listing(&object, &map);
+    // $id's own read, then %.4m's and %.*M's.
+    assert_eq!(
+        listing.matches("call probe_read_kernel#").count(),
+        3,
+        "{listing}"
+    );
+    assert_eq!(
+        listing.matches("call probe_read_user#").count(),
+        1,
+        "{listing}"
+    );
+    insta::assert_snapshot!(listing);
+}
+
+#[test]
+fn decode_printf_memory_record() {
+    use stap_lang::printf;
+    let (module, _) = lower(PRINTF_MEMORY);
+    let record = |third: u32| {
+        let mut bytes = le32(&[records::KIND_PRINTF, 0, 0, 0]);
+        bytes.extend(le32(&[records::TAG_TEXT, 4]));
+        bytes.extend(b"bash\0\0\0\0");
+        bytes.extend(le32(&[records::TAG_MEMORY, 4]));
+        bytes.extend(b"abcd\0\0\0\0");
+        bytes.extend(3i64.to_le_bytes());
+        bytes.extend(le32(&[third, 3]));
+        bytes.extend([0x01, 0xab, 0xff, 0, 0, 0, 0, 0]);
+        bytes.extend(le32(&[records::TAG_MEMORY, 1]));
+        bytes.extend(b"z\0\0\0\0\0\0\0");
+        let len = bytes.len() as u32;
+        bytes[12..16].copy_from_slice(&len.to_le_bytes());
+        bytes
+    };
+    let bytes = record(records::TAG_MEMORY);
+    let decoded = records::decode(&bytes, &module, 64).unwrap();
+    let records::RecordBody::Printf { format, args } = decoded.body else {
+        panic!("{decoded:?}")
+    };
+    assert_eq!(
+        args,
+        [
+            records::Arg::Str(b"bash"),
+            records::Arg::Str(b"abcd"),
+            records::Arg::Long(3),
+            records::Arg::Str(&[0x01, 0xab, 0xff]),
+            records::Arg::Str(b"z"),
+        ]
+    );
+    // The host formats the copied bytes as it would memory it read itself.
+    let pieces = printf::parse(&module.formats[format.0 as usize].text).unwrap();
+    let values: Vec<_> = args.iter().map(|a| a.as_value().unwrap()).collect();
+    let mut out = Vec::new();
+    printf::format(&pieces, &values, &mut out).unwrap();
+    assert_eq!(out, b"bash abcd 01abff z\n");
+    // The memory must carry its own tag and fit MAXSTRINGLEN.
+    assert_eq!(
+        records::decode(&record(records::TAG_TEXT), &module, 64),
+        Err(records::DecodeError::BadTag(records::TAG_TEXT))
+    );
+    let mut too_long = le32(&[records::KIND_PRINTF, 0, 0, 0, records::TAG_TEXT, 0]);
+    too_long.extend(le32(&[records::TAG_MEMORY, 65]));
+    too_long.resize(200, 0);
+    too_long[12..16].copy_from_slice(&200u32.to_le_bytes());
+    assert_eq!(
+        records::decode(&too_long, &module, 64),
+        Err(records::DecodeError::BadLength(65))
+    );
+}

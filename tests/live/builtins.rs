@@ -2,7 +2,8 @@
 //! `modname()` and `get_cycles()` evaluated in a kernel probe, and
 //! `sprintf` directives that `bpf_snprintf` lacks, formatted by emitted code
 //! and compared byte for byte with the host formatter (which formats the
-//! same values printed with `printf` from the same event).
+//! same values printed with `printf` from the same event); and `%m`/`%M`
+//! in a kernel `printf`, whose memory travels in the event.
 
 use super::{Session, assert_success, build, closed_port, serial, trigger_until_done};
 
@@ -84,9 +85,9 @@ const FORMATS: &[(&str, &str)] = &[
     ),
 ];
 
-/// `%m`/`%M` of the loopback device's name: the kernel's printf record does
-/// not carry memory yet, so the reference is the host formatter itself
-/// (`stap_lang::printf::format`) applied to the bytes `%m` reads there.
+/// `%m`/`%M` of the loopback device's name, through the kernel `sprintf`;
+/// the reference is the host formatter itself (`stap_lang::printf::format`)
+/// applied to the bytes `%m` reads there.
 const MEMORY_FORMAT: &str = "%.2m|%6.2m|%-6.2m|%m|%.4M|%10.2M|%-10.2M|";
 
 #[test]
@@ -118,6 +119,103 @@ fn kernel_sprintf_of_memory_matches_the_host_formatter() {
     assert_eq!(
         done.stdout,
         String::from_utf8(expected).expect("text"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// `%m`/`%M` in a kernel printf: the record carries the memory read when
+/// the event fired. The memory is the exiting trigger's `comm` (`$prev` of
+/// its last `sched_switch`), a name this test chose: TASK_COMM_LEN (16)
+/// bytes, NUL-padded. Fixed, `*` and default precisions, widths, and the
+/// same format through the kernel `sprintf`.
+const PRINTF_MEMORY_FORMAT: &str = "%.10m|%.11M|%14.4m|%-10.2M|%.*m|%m|%*.3M|";
+
+#[test]
+fn kernel_printf_of_memory_copies_it_when_the_event_fires() {
+    use stap_lang::printf::{Value, format, parse};
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let args = "c, c, c, c, 5, c, c, 8, c";
+    let script = format!(
+        r#"probe kernel.trace("sched_switch") {{
+             if (execname() == "stapB5comm") {{
+               c = $prev->comm
+               printf("p:{PRINTF_MEMORY_FORMAT}\n", {args})
+               printf("k:%s\n", sprintf("{PRINTF_MEMORY_FORMAT}", {args}))
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapB5comm", "connect", &port]);
+    let done = session.finish();
+    assert_success(&done);
+    let shown = "stapB5comm|737461704235636f6d6d00|          stap|7374      |stapB|s|  737461|";
+    assert_eq!(
+        done.stdout,
+        format!("p:{shown}\nk:{shown}\n"),
+        "stderr:\n{}",
+        done.stderr
+    );
+    // The host formatter gives the same for the same bytes.
+    let memory = *b"stapB5comm\0\0\0\0\0\0";
+    let mut host = Vec::new();
+    let pieces = parse(PRINTF_MEMORY_FORMAT).expect("a valid format");
+    let m = Value::Str(&memory);
+    let values = [m, m, m, m, Value::Long(5), m, m, Value::Long(8), m];
+    format(&pieces, &values, &mut host).expect("formats");
+    assert_eq!(String::from_utf8(host).expect("text"), shown);
+}
+
+/// A `%m` address that faults ends the handler with stap's kernel read
+/// error, naming the address; nothing after it runs.
+#[test]
+fn kernel_printf_of_unreadable_memory_is_a_read_fault() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = r#"probe kernel.trace("sched_switch") {
+          if (execname() == "stapB6fault") {
+            printf("%.4m|\n", 8)
+            printf("not reached\n")
+          }
+        }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapB6fault", "connect", &port]);
+    let done = session.finish();
+    assert!(!done.status.success(), "stdout:\n{}", done.stdout);
+    assert!(
+        done.stderr.contains("ERROR: kernel read fault at 0x8 "),
+        "stderr:\n{}",
+        done.stderr
+    );
+    assert!(!done.stdout.contains("not reached"), "{}", done.stdout);
+}
+
+/// `%#m`/`%#M` read user memory: a uprobe's string argument, through
+/// printf and the kernel `sprintf`.
+#[test]
+fn kernel_printf_of_user_memory() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"probe process("{path}").function("f") {{
+             printf("%#.5m|%#.13M|%#8.2m|\n", $s, $s, $s)
+             printf("%s\n", sprintf("%#.5m|%#.13M|%#8.2m|", $s, $s, $s))
+           }}"#
+    );
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    // "hello-uprobe" and its NUL.
+    let line = "hello|68656c6c6f2d7570726f626500|      he|\n";
+    assert_eq!(
+        done.stdout,
+        format!("{line}{line}"),
         "stderr:\n{}",
         done.stderr
     );

@@ -11,7 +11,11 @@
 //!   - a string-kind argument: `u32 tag, u32 len`, then for [`TAG_TEXT`]
 //!     `len` bytes of text (no NUL) padded to a multiple of 8 (padding bytes are unspecified), or
 //!     for a symbol tag ([`TAG_SYMNAME`], [`TAG_SYMDATA`], [`TAG_MODNAME`],
-//!     `len` = 8) the 8-byte address the host resolves through kallsyms.
+//!     `len` = 8) the 8-byte address the host resolves through kallsyms;
+//!   - the address a `%m`/`%M` consumes (`printf::memory_args`): `u32`
+//!     [`TAG_MEMORY`], `u32 len`, then the `len` bytes read there when the
+//!     event fired, padded to a multiple of 8 (the host cannot read kernel
+//!     memory later); `len` is at most MAXSTRINGLEN.
 //! - [`KIND_EXIT`]: no payload (`exit()` was called).
 //! - [`KIND_ERROR`] (`id` = an `ERROR_*` kind): the script span of the
 //!   failing statement as `u32 file, u32 start, u32 end, u32 0`, then:
@@ -37,6 +41,8 @@ pub const TAG_TEXT: u32 = 0;
 pub const TAG_SYMNAME: u32 = 1;
 pub const TAG_SYMDATA: u32 = 2;
 pub const TAG_MODNAME: u32 = 3;
+/// The memory a `%m`/`%M` argument addresses.
+pub const TAG_MEMORY: u32 = 4;
 /// `enum_name`: this plus the enum type name's [`StrId`], then the value.
 pub const TAG_ENUM_BASE: u32 = 0x100;
 
@@ -210,6 +216,11 @@ impl<'a> Reader<'a> {
         if len >= max_string_len.max(1) {
             return Err(DecodeError::BadLength(len));
         }
+        self.padded(len)
+    }
+
+    /// `len` bytes padded to 8.
+    fn padded(&mut self, len: u32) -> Result<&'a [u8], DecodeError> {
         let padded = (len as usize).div_ceil(8) * 8;
         let bytes = self.take(padded)?;
         Ok(&bytes[..len as usize])
@@ -244,8 +255,20 @@ pub fn decode<'a>(
                 .ok_or(DecodeError::UnknownFormat(id))?;
             let pieces = printf::parse(&format.text).map_err(|_| DecodeError::UnknownFormat(id))?;
             let mut args = Vec::new();
-            for kind in printf::arg_kinds(&pieces) {
+            let memory = printf::memory_args(&pieces);
+            for (kind, memory) in printf::arg_kinds(&pieces).into_iter().zip(memory) {
                 args.push(match kind {
+                    ArgKind::Long if memory.is_some() => {
+                        let tag = reader.u32()?;
+                        if tag != TAG_MEMORY {
+                            return Err(DecodeError::BadTag(tag));
+                        }
+                        let len = reader.u32()?;
+                        if len > max_string_len {
+                            return Err(DecodeError::BadLength(len));
+                        }
+                        Arg::Str(reader.padded(len)?)
+                    }
                     ArgKind::Long => Arg::Long(reader.u64()? as i64),
                     ArgKind::String => {
                         let tag = reader.u32()?;

@@ -647,39 +647,30 @@ fn read_memory_args(
     raw: &[i64],
 ) -> Result<Vec<Option<Vec<u8>>>, RuntimeError> {
     let mut memory = vec![None; raw.len()];
-    let mut at = 0;
-    for piece in pieces {
-        let Piece::Spec(spec) = piece else { continue };
-        if spec.width == Some(printf::Count::Star) {
-            at += 1;
-        }
-        let precision = match spec.precision {
-            Some(printf::Count::Star) => {
-                at += 1;
-                raw.get(at - 1).copied().unwrap_or(1).max(0) as usize
-            }
-            Some(printf::Count::Fixed(n)) => n as usize,
-            None => 1,
+    for (at, arg) in printf::memory_args(pieces).into_iter().enumerate() {
+        let (Some(arg), Some(&addr)) = (arg, raw.get(at)) else {
+            continue;
         };
-        let is_memory = matches!(
-            spec.conversion,
-            Conversion::MemoryLower | Conversion::MemoryUpper
-        );
-        if let (true, Some(&addr)) = (is_memory, raw.get(at)) {
-            if spec.flags.alternate {
-                return Err(RuntimeError::Unsupported(
-                    "%#m/%#M (user memory) in a host probe".into(),
-                ));
-            }
-            // The largest precision the formatter honours.
-            let len = precision.min(4096);
-            let bytes = rt
-                .kmem
-                .read(addr as u64, len)
-                .ok_or(RuntimeError::KernelRead(addr as u64))?;
-            memory[at] = Some(bytes);
+        if arg.user {
+            return Err(RuntimeError::Unsupported(
+                "%#m/%#M (user memory) in a host probe".into(),
+            ));
         }
-        at += 1;
+        let len = match arg.len {
+            printf::MemoryLen::Fixed(n) => n as usize,
+            // A negative `*` precision is no precision: one byte, as in
+            // kernel probes.
+            printf::MemoryLen::Star(i) => match raw.get(i).copied() {
+                Some(n) if n >= 0 => n as usize,
+                _ => 1,
+            },
+        };
+        // The largest precision the formatter honours.
+        let bytes = rt
+            .kmem
+            .read(addr as u64, len.min(4096))
+            .ok_or(RuntimeError::KernelRead(addr as u64))?;
+        memory[at] = Some(bytes);
     }
     Ok(memory)
 }

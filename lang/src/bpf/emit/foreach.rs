@@ -398,22 +398,8 @@ impl Emitter<'_> {
             self.push(Insn::alu64_imm(insn::SUB, R2, 1));
             self.push(Insn::store(DW, R1, 0, R2));
         }
-        // A fresh frame: every register and spill slot starts at 0, so no
-        // path reads an uninitialised one.
-        let mut used = [false; 10];
-        for location in &self.alloc.locations {
-            if let Location::Register(machine) = location {
-                used[*machine as usize] = true;
-            }
-        }
-        for (machine, used) in used.iter().enumerate() {
-            if *used {
-                self.push(Insn::mov_imm(machine as u8, 0));
-            }
-        }
-        for slot in 0..self.alloc.spill_slots {
-            self.push(Insn::store_imm(DW, FP, Self::spill_offset(slot), 0));
-        }
+        // A fresh frame, as a handler's.
+        self.zero_registers_and_spills();
         self.decode_element(region, key_slot, value_slot);
         // The caller's values live into the body.
         let transfer = self.regions[region].transfer.clone();

@@ -290,7 +290,8 @@ impl Emitter<'_> {
                 }
             }
             Conversion::MemoryLower | Conversion::MemoryUpper => {
-                self.custom_memory(spec.conversion == Conversion::MemoryUpper, value)
+                let hex = spec.conversion == Conversion::MemoryUpper;
+                self.custom_memory(hex, spec.flags.alternate, value)
             }
         }
     }
@@ -560,8 +561,9 @@ impl Emitter<'_> {
     }
 
     /// `%m` (raw) and `%M` (hex): the precision's bytes (default 1) read
-    /// from a kernel address now, padded to the width.
-    fn custom_memory(&mut self, hex: bool, address: Reg) {
+    /// from a kernel (or with `#`, `user`, a user) address now, padded to
+    /// the width.
+    fn custom_memory(&mut self, hex: bool, user: bool, address: Reg) {
         let ok = self.new_label();
         // size = precision < 0 ? 1 : min(precision, n).
         self.push(Insn::load(DW, R2, FP, PREC));
@@ -572,9 +574,14 @@ impl Emitter<'_> {
         self.push(Insn::store(DW, FP, LEN, R2));
         self.scratch_addr(R1, self.scratch.temp + self.stride);
         self.load_to(address, R3);
-        self.call(helper::PROBE_READ_KERNEL);
+        let (read, fault) = if user {
+            (helper::PROBE_READ_USER, records::ERROR_USER_READ)
+        } else {
+            (helper::PROBE_READ_KERNEL, records::ERROR_KERNEL_READ)
+        };
+        self.call(read);
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
-        self.error_record(records::ERROR_KERNEL_READ, Some(address));
+        self.error_record(fault, Some(address));
         self.goto(self.epilogue);
         self.bind(ok);
         if !hex {

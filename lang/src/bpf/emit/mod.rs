@@ -481,6 +481,25 @@ impl Emitter<'_> {
 
     // ----- registers -----
 
+    /// Every allocated register and spill slot starts at 0, so no path
+    /// reads an uninitialised one.
+    pub(super) fn zero_registers_and_spills(&mut self) {
+        let mut used = [false; 10];
+        for location in &self.alloc.locations {
+            if let Location::Register(machine) = location {
+                used[*machine as usize] = true;
+            }
+        }
+        for (machine, used) in used.iter().enumerate() {
+            if *used {
+                self.push(Insn::mov_imm(machine as u8, 0));
+            }
+        }
+        for slot in 0..self.alloc.spill_slots {
+            self.push(Insn::store_imm(DW, FP, Self::spill_offset(slot), 0));
+        }
+    }
+
     fn spill_offset(slot: u32) -> i16 {
         -(FRAME_FIXED_BYTES as i16) - 8 - 8 * slot as i16
     }
@@ -595,17 +614,20 @@ impl Emitter<'_> {
                             }
                         }
                     }
-                    Op::Printf { args, .. } => {
+                    Op::Printf { args, format } => {
                         let mut size = HEADER_BYTES;
-                        for arg in args {
-                            size += match arg {
-                                PrintArg::Value(reg)
+                        let memory = self.memory_args(format.0);
+                        for (i, arg) in args.iter().enumerate() {
+                            let memory = memory.get(i).copied().flatten();
+                            size += match (arg, memory) {
+                                (PrintArg::Value(_), Some(memory)) => self.memory_arg_bytes(memory),
+                                (PrintArg::Value(reg), None)
                                     if self.function.reg_type(*reg) == ValType::Str =>
                                 {
                                     8 + pmax
                                 }
-                                PrintArg::Value(_) => 8,
-                                PrintArg::Symbol { .. } => 16,
+                                (PrintArg::Value(_), None) => 8,
+                                (PrintArg::Symbol { .. }, _) => 16,
                             };
                         }
                         record = record.max(size + stride);
@@ -741,21 +763,7 @@ impl Emitter<'_> {
         self.push(Insn::load(DW, R1, R1, 0));
         self.jump(Insn::jump_imm(insn::JNE, R1, 1, 0), bail);
         self.push(Insn::store_imm(DW, FP, FRAME_TICKS, 0));
-        // Registers and spill slots start at 0, so no path reads garbage.
-        let mut used = [false; 10];
-        for location in &self.alloc.locations {
-            if let Location::Register(machine) = location {
-                used[*machine as usize] = true;
-            }
-        }
-        for (machine, used) in used.iter().enumerate() {
-            if *used {
-                self.push(Insn::mov_imm(machine as u8, 0));
-            }
-        }
-        for slot in 0..self.alloc.spill_slots {
-            self.push(Insn::store_imm(DW, FP, Self::spill_offset(slot), 0));
-        }
+        self.zero_registers_and_spills();
         if self.scratch.size == 0 {
             return;
         }

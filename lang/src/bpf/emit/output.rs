@@ -2,6 +2,7 @@
 //! exit and run-time errors; and the MAXACTION guard.
 
 use super::*;
+use crate::printf;
 
 impl Emitter<'_> {
     /// Sends the 16-byte header (+ payload already at `FRAME_SMALL + 16`)
@@ -113,8 +114,14 @@ impl Emitter<'_> {
         self.clamp_str_result();
         let at = self.record_cursor(offset);
         self.push(Insn::store(W, R1, at + 4, R0));
-        // Padded length, bounded so the verifier sees the record fit.
         let pmax = self.padded_max();
+        self.advance_past_bytes(offset, pmax)
+    }
+
+    /// Moves the running offset past an argument of `u32 tag, u32 len`
+    /// and r0 bytes padded to 8, at most `pmax` of them.
+    fn advance_past_bytes(&mut self, offset: RecordOffset, pmax: u32) -> RecordOffset {
+        // Padded length, bounded so the verifier sees the record fit.
         self.push(Insn::alu64_imm(insn::ADD, R0, 7));
         self.push(Insn::alu64_imm(insn::AND, R0, -8));
         self.push(Insn::jump_imm(insn::JLE, R0, pmax as i32, 1));
@@ -151,19 +158,27 @@ impl Emitter<'_> {
         for (i, word) in header.iter().enumerate() {
             self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
         }
+        let memory = self.memory_args(format);
         let mut offset = RecordOffset::Fixed(HEADER_BYTES);
-        for arg in args {
-            offset = match *arg {
-                PrintArg::Value(reg) if self.function.reg_type(reg) == ValType::Str => {
+        for (i, arg) in args.iter().enumerate() {
+            let memory = memory.get(i).copied().flatten();
+            offset = match (*arg, memory) {
+                (PrintArg::Value(reg), Some(memory)) => {
+                    match self.memory_arg(offset, reg, memory, args) {
+                        Some(offset) => offset,
+                        None => return,
+                    }
+                }
+                (PrintArg::Value(reg), None) if self.function.reg_type(reg) == ValType::Str => {
                     self.text_arg(offset, reg)
                 }
-                PrintArg::Value(reg) => {
+                (PrintArg::Value(reg), None) => {
                     let at = self.record_cursor(offset);
                     let v = self.operand(reg, R2);
                     self.push(Insn::store(DW, R1, at, v));
                     self.advance(offset, 8)
                 }
-                PrintArg::Symbol { addr, how } => {
+                (PrintArg::Symbol { addr, how }, _) => {
                     let at = self.record_cursor(offset);
                     self.push(Insn::store_imm(W, R1, at, records::symbol_tag(how) as i32));
                     self.push(Insn::store_imm(W, R1, at + 4, 8));
@@ -174,6 +189,80 @@ impl Emitter<'_> {
             };
         }
         self.send_record(offset);
+    }
+
+    /// For each argument of printf format `format`, what its `%m`/`%M`
+    /// reads (`None` when it is not an address for one).
+    pub(super) fn memory_args(&self, format: u32) -> Vec<Option<printf::MemoryArg>> {
+        let text = self.module.formats.get(format as usize).map(|f| &f.text);
+        text.and_then(|t| printf::parse(t).ok())
+            .map(|pieces| printf::memory_args(&pieces))
+            .unwrap_or_default()
+    }
+
+    /// The record bytes of a `%m`/`%M` argument, at most.
+    pub(super) fn memory_arg_bytes(&self, memory: printf::MemoryArg) -> u32 {
+        let len = match memory.len {
+            printf::MemoryLen::Fixed(p) => p.min(self.n),
+            printf::MemoryLen::Star(_) => self.n,
+        };
+        8 + len.div_ceil(8) * 8
+    }
+
+    /// A `%m`/`%M` argument: `u32 TAG_MEMORY, u32 len`, then the `len`
+    /// bytes at `address` padded to 8, copied now because the host cannot
+    /// read kernel memory later. A fault ends the handler with a read error,
+    /// as a fault in the kernel `sprintf` does. `None` after an
+    /// `unsupported` diagnostic.
+    fn memory_arg(
+        &mut self,
+        offset: RecordOffset,
+        address: Reg,
+        memory: printf::MemoryArg,
+        args: &[PrintArg],
+    ) -> Option<RecordOffset> {
+        let n = self.n;
+        // r2 = the bytes to copy: the precision clamped to [0, n].
+        match memory.len {
+            printf::MemoryLen::Fixed(p) => self.push(Insn::mov_imm(R2, p.min(n) as i32)),
+            printf::MemoryLen::Star(at) => {
+                let Some(&PrintArg::Value(count)) = args.get(at) else {
+                    self.unsupported("this %m/%M precision argument in kernel probes");
+                    return None;
+                };
+                self.load_to(count, R2);
+                // Negative: no precision, so stap's default of one byte.
+                self.push(Insn::jump_imm(insn::JSGE, R2, 0, 1));
+                self.push(Insn::mov_imm(R2, 1));
+                self.push(Insn::jump_imm(insn::JLE, R2, n as i32, 1));
+                self.push(Insn::mov_imm(R2, n as i32));
+            }
+        }
+        let at = self.record_cursor(offset);
+        self.push(Insn::store_imm(W, R1, at, records::TAG_MEMORY as i32));
+        self.push(Insn::store(W, R1, at + 4, R2));
+        self.push(Insn::alu64_imm(insn::ADD, R1, at as i32 + 8));
+        self.load_to(address, R3);
+        let (read, fault) = if memory.user {
+            (helper::PROBE_READ_USER, records::ERROR_USER_READ)
+        } else {
+            (helper::PROBE_READ_KERNEL, records::ERROR_KERNEL_READ)
+        };
+        self.call(read);
+        let ok = self.new_label();
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
+        self.error_record(fault, Some(address));
+        self.goto(self.epilogue);
+        self.bind(ok);
+        let most = self.memory_arg_bytes(memory) - 8;
+        Some(match memory.len {
+            printf::MemoryLen::Fixed(_) => self.advance(offset, 8 + most),
+            printf::MemoryLen::Star(_) => {
+                let at = self.record_cursor(offset);
+                self.push(Insn::load(W, R0, R1, at + 4));
+                self.advance_past_bytes(offset, most)
+            }
+        })
     }
 
     pub(super) fn tick(&mut self) {
