@@ -329,6 +329,18 @@ probe kernel.function("tcp_sendmsg").return {
     insta::assert_snapshot!(listing(script));
 }
 
+/// fexit sees the arguments, not what they point to at entry: an `@entry`
+/// of more than a plain argument is saved by an fentry companion.
+#[test]
+fn fexit_entry_expressions_saved_by_an_fentry_probe() {
+    let script = r#"
+probe kernel.function("tcp_sendmsg").return {
+  printf("%d %d\n", @entry($size), @entry($sk->__sk_common->skc_family))
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
 /// A kretprobe sees the registers at the return: an entry kprobe saves
 /// each `@entry` value by thread id, and the return handler loads it first.
 #[test]
@@ -481,9 +493,6 @@ fn unsupported_constructs_are_diagnosed() {
     let script = r#"
 probe kernel.trace("net_dev_xmit") {
   if (execname() =~ "^ssh") println($skb$)
-}
-probe kernel.function("tcp_sendmsg").return {
-  println(@entry($sk->__sk_common->skc_family))
 }
 global lat
 function bail() { next }

@@ -184,11 +184,13 @@ fn pointer_argument_arithmetic_and_cast_with_kprobe() {
     pointer_arithmetic("kprobe");
 }
 
-/// `$return` and `@entry($len)` of tcp_recvmsg: the receiver's read.
+/// `$return` and `@entry($len)` of tcp_recvmsg: the receiver's read. An
+/// `@entry` of more than a plain argument is saved by an entry probe, on
+/// fexit as on kretprobes.
 const RECVMSG: &str = r#"
     probe kernel.function("tcp_recvmsg").return {
         if ($return == 9 && @entry($len) == 77) {
-            printf("return=%d len=%d\n", $return, @entry($len))
+            printf("return=%d len=%d twice=%d\n", $return, @entry($len), @entry($len * 2))
             exit()
         }
     }"#;
@@ -200,7 +202,7 @@ fn tcp_recvmsg_return_and_entry_len_with_fexit() {
         return;
     }
     let (done, _) = run_with_traffic("fentry", RECVMSG);
-    assert_eq!(done.stdout, "return=9 len=77\n", "stderr:\n{}", done.stderr);
+    assert_eq!(done.stdout, "return=9 len=77 twice=154\n", "stderr:\n{}", done.stderr);
 }
 
 /// A kretprobe sees the registers at return, where `$len` is gone: an
@@ -213,7 +215,7 @@ fn tcp_recvmsg_return_with_kretprobe() {
         return;
     }
     let (done, _) = run_with_traffic("kprobe", RECVMSG);
-    assert_eq!(done.stdout, "return=9 len=77\n", "stderr:\n{}", done.stderr);
+    assert_eq!(done.stdout, "return=9 len=77 twice=154\n", "stderr:\n{}", done.stderr);
 
     let script = r#"probe kernel.function("tcp_recvmsg").return { println($len) }"#;
     let refused = Session::start(&["--kernel-probes", "kprobe", "-e", script, "0"]).finish();

@@ -56,7 +56,7 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
             span: probe.span,
         })
         .collect();
-    // The entry probes that save `@entry` values for kretprobes, last so
+    // The entry probes that save `@entry` values for return probes, last so
     // the handlers and function copies keep their ids.
     for (index, saves) in std::mem::take(&mut state.entry_saves) {
         let probe = &program.probes[index];
@@ -139,17 +139,18 @@ fn lower_probe<'p>(state: &mut ModuleState<'p>, index: usize, probe: &'p hir::Pr
     f.in_probe = true;
     f.probe_kind = Some(&probe.kind);
     f.init_locals(probe.span);
-    let kretprobe = matches!(
+    // A kretprobe sees no arguments and fexit only the plain ones: any
+    // other `@entry` value is saved by a companion entry probe.
+    let function_return = matches!(
         probe.kind,
         hir::ProbeKind::KernelFunction {
             is_return: true,
-            mechanism: hir::FunctionMechanism::Kprobe,
             ..
         }
     );
     // Where the saved `@entry` values get loaded, once they are known.
     let start = f.body.mark();
-    if kretprobe {
+    if function_return {
         f.saved = Some(Vec::new());
     }
     if let Some(cond) = &probe.condition {
@@ -448,7 +449,7 @@ pub(super) struct FnLowering<'s, 'p> {
     pub probe_kind: Option<&'p hir::ProbeKind>,
     /// Memory reads go to user memory (uprobe handlers).
     pub user_memory: bool,
-    /// A kretprobe's return handler: each `@entry` value its entry probe
+    /// A function return handler (kretprobe or fexit): each `@entry` value its entry probe
     /// saves (map, expression, the register it is loaded into).
     pub saved: Option<Vec<(GlobalId, hir::Expr, super::Reg)>>,
     /// The entry probe that saves `@entry` values: `@entry(e)` is `e`.

@@ -148,7 +148,7 @@ impl FnLowering<'_, '_> {
                     Some(self.saved_entry(inner, span))
                 } else {
                     self.m
-                        .unsupported("@entry (coming with kernel.function support)", span);
+                        .unsupported("@entry outside a kernel.function return probe", span);
                     None
                 }
             }
@@ -661,7 +661,7 @@ impl FnLowering<'_, '_> {
         }
     }
 
-    /// `@entry(e)` in a kretprobe's return handler: the entry probe saves
+    /// `@entry(e)` in a function return handler (kretprobe, or fexit for more than a plain argument): the entry probe saves
     /// `e` in a map keyed by thread id, and the handler's start loads it
     /// (0 or "" when the function was entered before the probes attached).
     fn saved_entry(&mut self, inner: &Expr, span: Span) -> Reg {
