@@ -35,6 +35,9 @@ mod builtins;
 #[path = "live/kernel_foreach.rs"]
 mod kernel_foreach;
 
+#[path = "live/kernel_gaps.rs"]
+mod kernel_gaps;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).
@@ -417,6 +420,38 @@ fn uprobe_reads_an_int_and_a_user_string_argument() {
         done.stdout, "f 42 hello-uprobe\nargs 42 hello-uprobe\n",
         "stderr:\n{}",
         done.stderr
+    );
+}
+
+/// A uretprobe sees the registers at the return: `@entry` values are
+/// saved per thread by an entry uprobe; a bare argument is refused.
+#[test]
+fn uretprobe_reads_return_and_entry_values() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"probe process("{path}").function("f").return {{
+             printf("ret %d n %d s %s twice %d\n", $return, @entry($n),
+                    @entry(user_string($s)), @entry($n * 2))
+           }}"#
+    );
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "ret 43 n 42 s hello-uprobe twice 84\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+
+    let bare = format!(r#"probe process("{path}").function("f").return {{ println($n) }}"#);
+    let refused = Session::start(&["-p4", "-e", &bare]).finish();
+    assert!(!refused.status.success(), "stdout:\n{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("`$n` cannot be read in a process probe")
+            && refused.stderr.contains("@entry($n)"),
+        "the refusal should say why:\n{}",
+        refused.stderr
     );
 }
 

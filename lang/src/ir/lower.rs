@@ -63,7 +63,9 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
         let function = FuncId(functions.len() as u32);
         functions.push(lower_entry_probe(&mut state, index, probe, &saves));
         let mut kind = probe.kind.clone();
-        if let hir::ProbeKind::KernelFunction { is_return, .. } = &mut kind {
+        if let hir::ProbeKind::KernelFunction { is_return, .. }
+        | hir::ProbeKind::Process { is_return, .. } = &mut kind
+        {
             *is_return = false;
         }
         let point = probe.resolved.strip_suffix(".return");
@@ -139,11 +141,14 @@ fn lower_probe<'p>(state: &mut ModuleState<'p>, index: usize, probe: &'p hir::Pr
     f.in_probe = true;
     f.probe_kind = Some(&probe.kind);
     f.init_locals(probe.span);
-    // A kretprobe sees no arguments and fexit only the plain ones: any
-    // other `@entry` value is saved by a companion entry probe.
+    // A kretprobe or uretprobe sees no arguments and fexit only the plain
+    // ones: any other `@entry` value is saved by a companion entry probe.
     let function_return = matches!(
         probe.kind,
         hir::ProbeKind::KernelFunction {
+            is_return: true,
+            ..
+        } | hir::ProbeKind::Process {
             is_return: true,
             ..
         }
@@ -215,6 +220,7 @@ fn lower_entry_probe<'p>(
 ) -> Function {
     let name = format!("probe{index} @entry");
     let mut f = FnLowering::new(state, probe.placement, &probe.locals, 0, None);
+    f.user_memory = matches!(probe.kind, hir::ProbeKind::Process { .. });
     f.in_probe = true;
     f.probe_kind = Some(&probe.kind);
     f.at_entry = true;

@@ -39,7 +39,7 @@ pub(crate) struct ProbeContext {
     /// Parameters (or `return`) the function has but a uprobe cannot read
     /// from registers, with the reason.
     pub unreadable: Vec<(String, String)>,
-    /// Kretprobes: the parameters, readable only inside `@entry(...)`
+    /// Kretprobes and uretprobes: the parameters, readable only inside `@entry(...)`
     /// (an entry probe saves the value; they are also in `unreadable`).
     pub entry_vars: Vec<ContextVar>,
 }
@@ -341,17 +341,13 @@ fn user_function_context(
     facts: &dyn KernelFacts,
 ) -> ProbeContext {
     let mut vars = Vec::new();
+    let mut entry_vars = Vec::new();
     let mut unreadable = Vec::new();
     let mut register = 0u32;
     let mut lost: Option<String> = None;
     for p in &proto.params {
         let type_name = facts.type_name(p.ty);
         let why = match (passing(facts, p.ty), &lost) {
-            // A uretprobe sees the registers at return: the arguments are gone.
-            _ if is_return => Some(
-                "arguments are not kept until the return; read it in a probe on the entry"
-                    .to_string(),
-            ),
             (Passing::Register, Some(after)) => Some(format!(
                 "it follows `{after}`, passed by value, so its register is unknown"
             )),
@@ -372,13 +368,28 @@ fn user_function_context(
         match why {
             Some(why) => unreadable.push((p.name.clone(), why)),
             None => {
-                vars.push(ContextVar {
+                let var = ContextVar {
                     name: p.name.clone(),
                     ty: p.ty,
                     type_name,
                     source: ContextSource::FunctionParam(register),
-                });
+                };
                 register += 1;
+                if is_return {
+                    // A uretprobe sees the registers at the return, where
+                    // the arguments are gone: an entry uprobe saves them.
+                    unreadable.push((
+                        p.name.clone(),
+                        format!(
+                            "a return probe sees the registers at the return, where the \
+                             arguments are gone: read the value at the entry with @entry(${})",
+                            p.name
+                        ),
+                    ));
+                    entry_vars.push(var);
+                } else {
+                    vars.push(var);
+                }
             }
         }
     }
@@ -406,6 +417,7 @@ fn user_function_context(
         ret,
         is_return,
         unreadable,
+        entry_vars,
         ..ProbeContext::default()
     }
 }
