@@ -448,7 +448,9 @@ fn uretprobe_reads_return_and_entry_values() {
     let refused = Session::start(&["-p4", "-e", &bare]).finish();
     assert!(!refused.status.success(), "stdout:\n{}", refused.stdout);
     assert!(
-        refused.stderr.contains("`$n` cannot be read in a process probe")
+        refused
+            .stderr
+            .contains("`$n` cannot be read in a process probe")
             && refused.stderr.contains("@entry($n)"),
         "the refusal should say why:\n{}",
         refused.stderr

@@ -202,7 +202,11 @@ fn tcp_recvmsg_return_and_entry_len_with_fexit() {
         return;
     }
     let (done, _) = run_with_traffic("fentry", RECVMSG);
-    assert_eq!(done.stdout, "return=9 len=77 twice=154\n", "stderr:\n{}", done.stderr);
+    assert_eq!(
+        done.stdout, "return=9 len=77 twice=154\n",
+        "stderr:\n{}",
+        done.stderr
+    );
 }
 
 /// A kretprobe sees the registers at return, where `$len` is gone: an
@@ -215,7 +219,11 @@ fn tcp_recvmsg_return_with_kretprobe() {
         return;
     }
     let (done, _) = run_with_traffic("kprobe", RECVMSG);
-    assert_eq!(done.stdout, "return=9 len=77 twice=154\n", "stderr:\n{}", done.stderr);
+    assert_eq!(
+        done.stdout, "return=9 len=77 twice=154\n",
+        "stderr:\n{}",
+        done.stderr
+    );
 
     let script = r#"probe kernel.function("tcp_recvmsg").return { println($len) }"#;
     let refused = Session::start(&["--kernel-probes", "kprobe", "-e", script, "0"]).finish();
