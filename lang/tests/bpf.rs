@@ -573,3 +573,88 @@ fn decode_printf_memory_record() {
         Err(records::DecodeError::BadLength(65))
     );
 }
+
+// ----- whole-array delete in a kernel probe -----
+
+/// `delete` of a hash array, an LRU array, a statistics array (one shared
+/// `bpf_for_each_map_elem` callback that deletes each key) and a scalar
+/// statistic (zeroed on every CPU).
+const KERNEL_DELETE: &str = "global a, b%[8], s, t\nprobe kernel.trace(\"sys_enter\") {\n  a[$id] = 1\n  b[$id] = 2\n  s[$id] <<< 3\n  t <<< 4\n  delete a\n  delete b\n  delete s\n  delete t\n}\n";
+
+#[test]
+fn listing_kernel_delete_whole_arrays() {
+    let (module, map) = lower(KERNEL_DELETE);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let program = &object.programs[0];
+    assert_eq!(
+        program.func_info.len(),
+        2,
+        "the handler and one delete callback"
+    );
+    assert!(program.stack_bytes <= 512);
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+/// `print`/`println` of histograms in a kernel probe: a record naming the
+/// statistic, with the element's key copied in (long key on the stack,
+/// string key in scratch, no key).
+const KERNEL_PRINT_HIST: &str = "global s, n, t\nprobe kernel.trace(\"sys_enter\") {\n  s[$id] <<< $id\n  n[execname()] <<< 1\n  t <<< 2\n  print(@hist_log(s[$id]))\n  println(@hist_linear(n[execname()], 0, 10, 2))\n  print(@hist_log(t))\n}\n";
+
+#[test]
+fn listing_kernel_print_hist_records() {
+    let (module, map) = lower(KERNEL_PRINT_HIST);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+#[test]
+fn hist_record_decodes_the_key() {
+    let (module, _) = lower(KERNEL_PRINT_HIST);
+    let n = module.globals.iter().position(|g| g.name == "n").unwrap() as u32;
+    let mut bytes = le32(&[
+        records::KIND_HIST,
+        n,
+        0,
+        16 + 8 + 64,
+        records::HIST_LINEAR,
+        0,
+    ]);
+    let mut key = b"cat".to_vec();
+    key.resize(64, 0);
+    bytes.extend(key);
+    let record = records::decode(&bytes, &module, 64).unwrap();
+    assert_eq!(
+        record.body,
+        records::RecordBody::Hist {
+            global: stap_lang::sema::hir::GlobalId(n),
+            linear: true,
+            keys: vec![records::Arg::Str(b"cat")],
+        }
+    );
+    let s = module.globals.iter().position(|g| g.name == "s").unwrap() as u32;
+    let mut bytes = le32(&[records::KIND_HIST, s, 0, 16 + 8 + 8, records::HIST_LOG, 0]);
+    bytes.extend((-3i64).to_le_bytes());
+    let record = records::decode(&bytes, &module, 64).unwrap();
+    let records::RecordBody::Hist { keys, linear, .. } = record.body else {
+        panic!()
+    };
+    assert_eq!((keys, linear), (vec![records::Arg::Long(-3)], false));
+    let bad = le32(&[records::KIND_HIST, 999, 0, 24, 0, 0]);
+    assert_eq!(
+        records::decode(&bad, &module, 64),
+        Err(records::DecodeError::UnknownGlobal(999))
+    );
+}
+
+/// `@variance` in a kernel probe: a first pass over the CPUs for count and
+/// sum, a second combining each CPU's Welford state (`variance_combine`).
+#[test]
+fn listing_kernel_variance_combines_cpus() {
+    let script = "global s\nprobe kernel.trace(\"sys_enter\") {\n  s <<< $id\n  printf(\"%d\\n\", @variance(s, 1))\n}\n";
+    let (module, map) = lower(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}

@@ -49,7 +49,8 @@ use stap_lang::sema::hir::{GlobalId, ProbeKind};
 use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};
-use crate::host::{HostRuntime, Output, RuntimeError};
+use crate::host::globals::Value;
+use crate::host::{HostRuntime, Output, RuntimeError, hist};
 use crate::load::{self, LoadError, Loaded};
 use crate::ringbuf::RingBuf;
 use crate::sys;
@@ -699,6 +700,48 @@ impl Session<'_> {
                 };
                 self.report_error(&kind.message(), Some((sources, span)));
             }
+            RecordBody::Hist {
+                global,
+                linear,
+                keys,
+            } => self.print_hist(feed, global, linear, &keys),
+        }
+    }
+
+    /// A kernel `print(@hist_*(s[k]))`: the statistic as it is in its map
+    /// now, through the host's histogram printer.
+    fn print_hist(&mut self, feed: usize, global: GlobalId, linear: bool, keys: &[Arg<'_>]) {
+        // An older generation's ids (interactive sessions): by name.
+        let name = &self.feeds[feed].module.global(global).name;
+        let module = self.compiled.module;
+        let Some(id) = (0..module.globals.len()).find(|i| module.globals[*i].name == *name) else {
+            return;
+        };
+        let key: Vec<Value> = keys
+            .iter()
+            .map(|arg| match arg {
+                Arg::Long(v) => Value::Long(*v),
+                Arg::Str(bytes) => Value::Str((*bytes).into()),
+                Arg::Symbol { addr, .. } => Value::Long(*addr as i64),
+            })
+            .collect();
+        let agg = match self.runtime.globals.stat(GlobalId(id as u32), &key) {
+            Ok(agg) => agg,
+            Err(e) => {
+                eprintln!("WARNING: cannot print a kernel histogram: {e}");
+                return;
+            }
+        };
+        let text = match (linear, &agg.hist_log, &agg.hist_linear) {
+            (false, Some(buckets), _) => hist::print_log(buckets),
+            (true, _, Some((h, slots))) => hist::print_linear(h, slots),
+            _ => {
+                eprintln!("WARNING: a kernel histogram printed without its buckets");
+                return;
+            }
+        };
+        if let Err(e) = self.runtime.output.write(text.as_bytes()) {
+            self.stop_with_warning(&format!("cannot write output: {e}"));
         }
     }
 

@@ -524,12 +524,17 @@ impl Running {
     }
 
     fn run_with(&self, args: &[u64], on_cpu0: bool) {
+        self.run_on(args, on_cpu0.then_some(0))
+    }
+
+    /// Runs it on `cpu` when given, else wherever the caller runs.
+    fn run_on(&self, args: &[u64], cpu: Option<u32>) {
         let mut attr = TestRunAttr {
             prog_fd: self.program.as_raw_fd() as u32,
             ctx_size_in: (args.len() * 8) as u32,
             ctx_in: args.as_ptr() as u64,
-            flags: u32::from(on_cpu0),
-            cpu: 0,
+            flags: u32::from(cpu.is_some()),
+            cpu: cpu.unwrap_or(0),
             ..Default::default()
         };
         // SAFETY: valid attr for a raw tracepoint test run.
@@ -1220,5 +1225,201 @@ fn kernel_foreach_iterations_count_towards_maxaction() {
             }
         ),
         "{record:?}"
+    );
+}
+
+/// `delete` of whole arrays in the kernel: a hash array, an LRU array, a
+/// statistics array (per-CPU hash, through the delete callback) and a
+/// scalar statistic (zeroed per CPU); the next call counts what is left.
+#[test]
+fn kernel_delete_empties_arrays_in_the_kernel() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let script = "global a, b%[16], s, t\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id == 1000) {\n    a[1] = 1; a[2] = 2; a[3] = 3\n    b[\"x\"] = 1; b[\"y\"] = 2\n    s[1] <<< 5; s[2] <<< 6\n    t <<< 7; t <<< 8\n  }\n  if ($id == 2000 || $id == 4000) {\n    n = 0; m = 0; k = 0\n    foreach ([x] in a) n++\n    foreach ([y] in b) m++\n    foreach ([z] in s) k++\n    printf(\"%d %d %d %d\\n\", n, m, k, @count(t))\n  }\n  if ($id == 3000) { delete a; delete b; delete s; delete t }\n}\n";
+    let (map, module) = lower_script(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
+    assert!(object.programs[0].needs_btf(), "delete uses a callback");
+    let fds = create_maps(&object);
+    let (program, log) = load_btf(&object, &object.programs[0], &fds).unwrap_or_else(|e| {
+        panic!("{e}\n{}", bpf::listing(&object, &map));
+    });
+    eprintln!("kernel delete: {}", processed(&log));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 1000]);
+    running.run(&[0, 2000]);
+    running.run(&[0, 3000]);
+    running.run(&[0, 4000]);
+    let records = running.ring.drain();
+    let lines: Vec<Vec<i64>> = records
+        .iter()
+        .map(|bytes| {
+            let record = bpf::records::decode(bytes, &module, 512).unwrap();
+            let bpf::records::RecordBody::Printf { args, .. } = record.body else {
+                panic!("{record:?}");
+            };
+            args.iter()
+                .map(|a| match a {
+                    bpf::records::Arg::Long(v) => *v,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        })
+        .collect();
+    assert_eq!(lines, vec![vec![3, 2, 2, 2], vec![0, 0, 0, 0]]);
+}
+
+/// `print(@hist_*(...))` in a kernel probe: the kernel accepts the record
+/// code, and each record names the statistic and carries the element's key.
+#[test]
+fn kernel_print_hist_sends_the_key() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let script = "global s, n, t\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id == 1000) {\n    s[$id] <<< 5\n    n[\"cat\", 7] <<< 3\n    t <<< 1\n    print(@hist_log(s[$id]))\n    println(@hist_linear(n[\"cat\", 7], 0, 10, 2))\n    print(@hist_log(t))\n  }\n}\n";
+    let (map, module) = lower_script(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
+    let fds = create_maps(&object);
+    let (program, log) = load_btf(&object, &object.programs[0], &fds).unwrap_or_else(|e| {
+        panic!("{e}\n{}", bpf::listing(&object, &map));
+    });
+    eprintln!("kernel print hist: {}", processed(&log));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    running.run(&[0, 1000]);
+    let records = running.ring.drain();
+    let global = |name: &str| {
+        stap_lang::sema::hir::GlobalId(
+            module.globals.iter().position(|g| g.name == name).unwrap() as u32
+        )
+    };
+    let decoded: Vec<bpf::records::RecordBody<'_>> = records
+        .iter()
+        .map(|bytes| bpf::records::decode(bytes, &module, 512).unwrap().body)
+        .collect();
+    use bpf::records::{Arg, RecordBody};
+    assert_eq!(decoded.len(), 4, "{decoded:?}");
+    assert_eq!(
+        decoded[0],
+        RecordBody::Hist {
+            global: global("s"),
+            linear: false,
+            keys: vec![Arg::Long(1000)]
+        }
+    );
+    assert_eq!(
+        decoded[1],
+        RecordBody::Hist {
+            global: global("n"),
+            linear: true,
+            keys: vec![Arg::Str(b"cat"), Arg::Long(7)]
+        }
+    );
+    assert!(
+        matches!(decoded[2], RecordBody::Printf { .. }),
+        "println's newline"
+    );
+    assert_eq!(
+        decoded[3],
+        RecordBody::Hist {
+            global: global("t"),
+            linear: false,
+            keys: vec![]
+        }
+    );
+}
+
+/// `@variance` in a kernel probe combines the per-CPU Welford states
+/// exactly as the host does (`StatShape::aggregate`), with and without a
+/// shift, over samples spread across the CPUs.
+#[test]
+fn kernel_variance_matches_the_host_combination() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    use stap_lang::bpf::layout::StatLayout;
+    use stap_runtime::host::stats::StatShape;
+    let script = "global x, y\nprobe kernel.trace(\"raw_syscalls:sys_enter\") {\n  if ($id < 100000) { x <<< $id - 3000; y <<< $id - 3000 }\n  if ($id == 200000) printf(\"%d %d %d\\n\", @variance(x), @variance(y, 2), @count(x))\n}\n";
+    let (map, module) = lower_script(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
+    let fds = create_maps(&object);
+    let (program, log) = load_btf(&object, &object.programs[0], &fds).unwrap_or_else(|e| {
+        panic!("{e}\n{}", bpf::listing(&object, &map));
+    });
+    eprintln!("kernel variance: {}", processed(&log));
+    let events = role_index(&object, |r| matches!(r, bpf::MapRole::Events));
+    let running = Running {
+        ring: Ring::new(&fds[events], object.maps[events].max_entries as usize),
+        object,
+        fds,
+        program,
+    };
+    running.set_run_flag();
+    let cpus = possible_cpus().min(2);
+    let samples: [u64; 9] = [3001, 2999, 3100, 7, 50000, 3000, 3333, 12, 99999];
+    let mut per_cpu: Vec<Vec<i64>> = vec![Vec::new(); cpus];
+    for (i, v) in samples.iter().enumerate() {
+        let cpu = i % cpus;
+        running.run_on(&[0, *v], Some(cpu as u32));
+        per_cpu[cpu].push(*v as i64 - 3000);
+    }
+    running.run(&[0, 200000]);
+    let records = running.ring.drain();
+    assert_eq!(records.len(), 1);
+    let record = bpf::records::decode(&records[0], &module, 512).unwrap();
+    let bpf::records::RecordBody::Printf { args, .. } = record.body else {
+        panic!("{record:?}");
+    };
+    let got: Vec<i64> = args
+        .iter()
+        .map(|a| match a {
+            bpf::records::Arg::Long(v) => *v,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let expected = |name: &str, shift: u32| {
+        let global = module.globals.iter().find(|g| g.name == name).unwrap();
+        let stap_lang::ir::Storage::Stats { needs, .. } = &global.storage else {
+            unreachable!()
+        };
+        let shape = StatShape {
+            layout: StatLayout::new(needs),
+            shift,
+        };
+        let slots: Vec<Vec<i64>> = per_cpu
+            .iter()
+            .map(|values| {
+                let mut slots = shape.empty();
+                for v in values {
+                    shape.add(&mut slots, *v);
+                }
+                slots
+            })
+            .collect();
+        shape.aggregate(slots.iter().map(|s| s.as_slice())).variance
+    };
+    eprintln!("kernel variance over {cpus} CPU(s): {got:?}");
+    assert_eq!(
+        got,
+        vec![expected("x", 0), expected("y", 2), samples.len() as i64]
     );
 }

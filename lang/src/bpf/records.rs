@@ -26,9 +26,16 @@
 //!     [`ERROR_EMPTY_AGGREGATE`] (`@avg`/`@min`/`@max` of no samples),
 //!     [`ERROR_TOO_MANY_CPUS`] (a statistic on more CPUs than the code was
 //!     compiled for, `bpf::Options::cpus`): nothing.
+//! - [`KIND_HIST`] (`id` = the `GlobalId` of a statistic): `print` of its
+//!   histogram in a kernel probe. `u32` [`HIST_LOG`] or [`HIST_LINEAR`],
+//!   `u32 0`, then the element's key as the map stores it (`layout.rs`,
+//!   strings MAXSTRINGLEN bytes, at least 8), padded to 8. The host prints
+//!   the histogram of that element as it is in the map when it handles
+//!   the record.
 
-use crate::ir::{FormatId, Module, StrId, SymbolText};
+use crate::ir::{FormatId, Module, StrId, SymbolText, ValType};
 use crate::printf::{self, ArgKind};
+use crate::sema::hir::GlobalId;
 use crate::source::{FileId, Span};
 
 pub const HEADER_BYTES: u32 = 16;
@@ -36,6 +43,11 @@ pub const HEADER_BYTES: u32 = 16;
 pub const KIND_PRINTF: u32 = 1;
 pub const KIND_EXIT: u32 = 2;
 pub const KIND_ERROR: u32 = 3;
+pub const KIND_HIST: u32 = 4;
+
+/// The histogram a [`KIND_HIST`] record prints.
+pub const HIST_LOG: u32 = 0;
+pub const HIST_LINEAR: u32 = 1;
 
 pub const TAG_TEXT: u32 = 0;
 pub const TAG_SYMNAME: u32 = 1;
@@ -85,6 +97,12 @@ pub enum RecordBody<'a> {
     Error {
         kind: ErrorKind<'a>,
         span: Span,
+    },
+    /// Print the histogram of `global[keys]` (`Arg::Long`/`Arg::Str`).
+    Hist {
+        global: GlobalId,
+        linear: bool,
+        keys: Vec<Arg<'a>>,
     },
 }
 
@@ -154,6 +172,8 @@ pub enum DecodeError {
     UnknownKind(u32),
     UnknownFormat(u32),
     UnknownError(u32),
+    /// A histogram record naming no statistic of the module.
+    UnknownGlobal(u32),
     BadTag(u32),
     /// A string longer than MAXSTRINGLEN, or a length past the record.
     BadLength(u32),
@@ -168,6 +188,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::UnknownKind(k) => write!(f, "unknown record kind {k}"),
             DecodeError::UnknownFormat(id) => write!(f, "unknown format id {id}"),
             DecodeError::UnknownError(id) => write!(f, "unknown error kind {id}"),
+            DecodeError::UnknownGlobal(id) => write!(f, "unknown statistic id {id}"),
             DecodeError::BadTag(tag) => write!(f, "unknown string argument tag {tag}"),
             DecodeError::BadLength(len) => write!(f, "bad string length {len}"),
         }
@@ -328,6 +349,47 @@ pub fn decode<'a>(
                 other => return Err(DecodeError::UnknownError(other)),
             };
             RecordBody::Error { kind, span }
+        }
+        KIND_HIST => {
+            let types = match module.globals.get(id as usize).map(|g| &g.storage) {
+                Some(crate::ir::Storage::Stats { keys, .. }) => keys.clone(),
+                _ => return Err(DecodeError::UnknownGlobal(id)),
+            };
+            let linear = match reader.u32()? {
+                HIST_LOG => false,
+                HIST_LINEAR => true,
+                other => return Err(DecodeError::BadTag(other)),
+            };
+            reader.u32()?;
+            // The emitter's key layout: strings take at least 8 bytes.
+            let n = max_string_len.max(8);
+            let size = super::layout::key_size(&types, n);
+            let key = reader.padded(size)?;
+            let offsets = super::layout::key_offsets(&types, n);
+            let keys = types
+                .iter()
+                .zip(offsets)
+                .map(|(ty, at)| {
+                    let at = at as usize;
+                    match ty {
+                        ValType::Long => {
+                            let mut word = [0u8; 8];
+                            word.copy_from_slice(&key[at..at + 8]);
+                            Arg::Long(i64::from_le_bytes(word))
+                        }
+                        ValType::Str => {
+                            let field = &key[at..at + n as usize];
+                            let end = field.iter().position(|b| *b == 0).unwrap_or(field.len());
+                            Arg::Str(&field[..end])
+                        }
+                    }
+                })
+                .collect();
+            RecordBody::Hist {
+                global: GlobalId(id),
+                linear,
+                keys,
+            }
         }
         other => return Err(DecodeError::UnknownKind(other)),
     };

@@ -183,9 +183,73 @@ impl Emitter<'_> {
                     ValType::Str => self.call_memset(self.n),
                 }
             }
-            _ => self.unsupported(
-                "deleting a whole array or statistic in a kernel probe (do it in a host probe)",
-            ),
+            Storage::Stats { keys, needs, .. } if keys.is_empty() => {
+                self.clear_percpu_stat(global, StatLayout::new(&needs).value_size())
+            }
+            // Every element goes, through a callback of
+            // `bpf_for_each_map_elem` that deletes the key it is given
+            // (allowed for hash, LRU hash and per-CPU hash maps).
+            Storage::Array { .. } | Storage::Stats { .. } => {
+                let map = self.global_map(global);
+                let callback = match self.clear_callback {
+                    Some((label, _)) => label,
+                    None => {
+                        let label = self.new_label();
+                        self.clear_callback = Some((label, self.span));
+                        label
+                    }
+                };
+                self.ld_map(R1, map);
+                self.func_fixups.push((self.insns.len(), callback));
+                self.push2(Insn::ld_func(R2, 0));
+                self.push(Insn::mov_imm(R3, 0));
+                self.push(Insn::mov_imm(R4, 0));
+                self.call(helper::FOR_EACH_MAP_ELEM);
+            }
         }
+    }
+
+    /// `delete s` of a scalar statistic: zero its value on every CPU
+    /// (`bpf_map_lookup_percpu_elem`, bounded as in `stat_get`).
+    fn clear_percpu_stat(&mut self, global: GlobalId, value_bytes: u32) {
+        let cpu = FRAME_SMALL_VALUE;
+        let top = self.new_label();
+        let done = self.new_label();
+        let too_many = self.new_label();
+        self.push(Insn::store_imm(DW, FP, cpu, 0));
+        self.bind(top);
+        self.write_key(global, &[]);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.key_args(global, true);
+        self.call(helper::MAP_LOOKUP_PERCPU_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
+        self.push(Insn::mov_reg(R1, R0));
+        self.call_memset(value_bytes);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.push(Insn::store(DW, FP, cpu, R3));
+        self.goto(top);
+        self.bind(too_many);
+        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
+        self.goto(self.epilogue);
+        self.bind(done);
+    }
+
+    /// The callback `delete ARRAY` hands to `bpf_for_each_map_elem`:
+    /// `long cb(map, key, value, ctx) { bpf_map_delete_elem(map, key); return 0; }`.
+    /// One per program, shared by every whole-array delete in it.
+    pub(super) fn emit_clear_callback(&mut self) {
+        let Some((label, span)) = self.clear_callback else {
+            return;
+        };
+        self.bind(label);
+        self.callback_starts.push((self.insns.len(), usize::MAX));
+        self.force_span(span);
+        // r1 = the map, r2 = the key, as the helper passed them.
+        self.call(helper::MAP_DELETE_ELEM);
+        self.push(Insn::mov_imm(R0, 0));
+        self.push(Insn::exit());
     }
 }

@@ -197,6 +197,7 @@ pub(super) fn emit_probe(
         callback_starts: Vec::new(),
         func_fixups: Vec::new(),
         in_callback: false,
+        clear_callback: None,
         current_block: 0,
         frame_labels: Vec::new(),
         task: options.kernel.task,
@@ -214,11 +215,15 @@ pub(super) fn emit_probe(
         // A callback keeps its context pointer past the spill slots.
         frame_bytes += 8;
     }
-    let stack_bytes = if depth > 0 {
+    let mut stack_bytes = if depth > 0 {
         frame_bytes.div_ceil(32) * 32 * (1 + depth)
     } else {
         frame_bytes
     };
+    if emitter.clear_callback.is_some() {
+        // The `delete ARRAY` callback's frame: empty, rounded up to 32.
+        stack_bytes = stack_bytes.div_ceil(32) * 32 + 32;
+    }
     if stack_bytes > MAX_STACK {
         let callbacks = if depth > 0 {
             format!(", counting {depth} nested foreach callback frame(s)")
@@ -352,12 +357,16 @@ struct Emitter<'a> {
     reachable: Vec<bool>,
     /// Loops whose callback is still to be emitted.
     pending_callbacks: Vec<usize>,
-    /// (first instruction, loop) of each emitted callback.
+    /// (first instruction, loop) of each emitted callback (`usize::MAX`:
+    /// the `delete ARRAY` callback).
     callback_starts: Vec<(usize, usize)>,
     /// `ld_imm64` of a callback's address, patched in `finish`.
     func_fixups: Vec<(usize, Label)>,
     /// Emitting a callback: ticks count in the scratch region.
     in_callback: bool,
+    /// The shared `delete ARRAY` callback, if any (`globals.rs`), and the
+    /// span of its first use for its line info.
+    clear_callback: Option<(Label, Span)>,
     /// The IR block being emitted.
     current_block: usize,
     /// Block labels of the BPF function being emitted (a callback maps
@@ -603,9 +612,14 @@ impl Emitter<'_> {
                     | Op::MapDelete { global, keys, .. }
                     | Op::MapContains { global, keys, .. }
                     | Op::StatGet { global, keys, .. }
-                    | Op::StatAdd { global, keys, .. } => {
+                    | Op::StatAdd { global, keys, .. }
+                    | Op::PrintHist { global, keys, .. } => {
                         if !keys.is_empty() && !self.key_fits_stack(*global) {
                             key = key.max(self.key_bytes(*global));
+                        }
+                        if matches!(inst.op, Op::PrintHist { .. }) {
+                            let key_bytes = self.key_bytes(*global).div_ceil(8) * 8;
+                            record = record.max(HEADER_BYTES + 8 + key_bytes);
                         }
                         if let Storage::Stats { needs, .. } = &self.module.global(*global).storage {
                             let size = StatLayout::new(needs).value_size();
@@ -718,6 +732,7 @@ impl Emitter<'_> {
         self.push(Insn::mov_imm(R0, return_value(kind)));
         self.push(Insn::exit());
         self.emit_callbacks(&block_labels);
+        self.emit_clear_callback();
     }
 
     /// Emits `order`'s blocks in one BPF function; jumps go to `labels`.
@@ -969,7 +984,7 @@ impl Emitter<'_> {
                 keys,
                 what,
             } => self.stat_get(*dst, *global, keys, *what),
-            Op::PrintHist { .. } => self.unsupported("printing a histogram in a kernel probe"),
+            Op::PrintHist { global, keys, kind } => self.print_hist(*global, keys, *kind),
             Op::IterStart {
                 global,
                 sort,

@@ -265,6 +265,41 @@ impl Emitter<'_> {
         })
     }
 
+    /// `print(@hist_*(s[k]))`: a record naming the statistic and carrying
+    /// the key's bytes; the host prints that element's histogram with its
+    /// own printer, in order with the other records.
+    pub(super) fn print_hist(&mut self, global: GlobalId, keys: &[Reg], kind: crate::ir::HistKind) {
+        let linear = match kind {
+            crate::ir::HistKind::Log => records::HIST_LOG,
+            crate::ir::HistKind::Linear(_) => records::HIST_LINEAR,
+        };
+        let key_bytes = if keys.is_empty() {
+            0
+        } else {
+            self.key_bytes(global)
+        };
+        let len = HEADER_BYTES + 8 + key_bytes.div_ceil(8) * 8;
+        if !keys.is_empty() {
+            self.write_key(global, keys);
+        }
+        self.scratch_addr(R1, self.scratch.record);
+        let words = [records::KIND_HIST, global.0, self.probe, len, linear, 0];
+        for (i, word) in words.iter().enumerate() {
+            self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+        }
+        if key_bytes > 0 {
+            // Padding bytes are unspecified: the key is copied as built.
+            self.push(Insn::alu64_imm(insn::ADD, R1, (HEADER_BYTES + 8) as i32));
+            if self.key_on_stack(global, false) {
+                self.frame_ptr(R3, FRAME_SMALL);
+            } else {
+                self.scratch_addr(R3, self.scratch.key);
+            }
+            self.call_memcpy(key_bytes);
+        }
+        self.send_record(RecordOffset::Fixed(len));
+    }
+
     pub(super) fn tick(&mut self) {
         let ok = self.new_label();
         self.push(Insn::load(DW, R0, FP, FRAME_TICKS));

@@ -176,8 +176,8 @@ impl Emitter<'_> {
                     (at + 1, insn::JSGT)
                 }
             }),
-            StatValue::Variance { .. } => {
-                self.unsupported("@variance in a kernel probe (extract it in a host probe)");
+            StatValue::Variance { .. } if layout.variance.is_none() => {
+                self.unsupported("@variance of a statistic without its variance state");
                 return;
             }
             _ => None,
@@ -246,6 +246,10 @@ impl Emitter<'_> {
                 self.goto(self.epilogue);
                 self.bind(ok);
                 self.push(Insn::load(DW, R0, FP, value));
+                if let (StatValue::Variance { .. }, Some(at)) = (what, layout.variance) {
+                    let shift = variance_shift(self.module, global);
+                    self.variance_combine(global, keys, layout.count, at, shift);
+                }
                 if what == StatValue::Avg {
                     // Signed sum / positive count, truncating toward zero.
                     self.push(Insn::mov_reg(R1, R0));
@@ -258,6 +262,109 @@ impl Emitter<'_> {
             }
         }
         self.set_result(dst, R0);
+    }
+}
+
+impl Emitter<'_> {
+    /// `@variance` over every CPU, as the host's `StatShape::aggregate`:
+    /// with the total count at `FRAME_SMALL_VALUE + 8` (> 0) and r0 = the
+    /// sum, `avg_s = (sum << shift) / count`, then a second pass over the
+    /// CPUs adds `count·(cpu_avg_s − avg_s)²` and `(count − 1)·var_s`
+    /// (`var_s = m2 / (count − 1)`), divided by `count − 1` and unscaled by
+    /// `2^(2·shift)`. Leaves the result in r0. Divisions truncate toward
+    /// zero, as Rust's and stap's.
+    fn variance_combine(
+        &mut self,
+        global: GlobalId,
+        keys: &[Reg],
+        count_slot: u32,
+        at: u32,
+        shift: u32,
+    ) {
+        let cpu = FRAME_SMALL_VALUE;
+        let count = FRAME_SMALL_VALUE + 8;
+        let avg_s = FRAME_SMALL_VALUE + 16;
+        let s1 = FRAME_SMALL_VALUE + 24;
+        let s2 = FRAME_SMALL_VALUE + 32;
+        let slot = |index: u32| (index * 8) as i16;
+        if shift > 0 {
+            self.push(Insn::alu64_imm(insn::LSH, R0, shift.min(63) as i32));
+        }
+        self.push(Insn::load(DW, R2, FP, count));
+        self.signed_div_r0_by_r2();
+        self.push(Insn::store(DW, FP, avg_s, R0));
+        for at in [cpu, s1, s2] {
+            self.push(Insn::store_imm(DW, FP, at, 0));
+        }
+        let top = self.new_label();
+        let next = self.new_label();
+        let done = self.new_label();
+        let too_many = self.new_label();
+        self.bind(top);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.key_args(global, keys.is_empty());
+        self.call(helper::MAP_LOOKUP_PERCPU_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
+        self.push(Insn::load(DW, R4, R0, slot(count_slot)));
+        self.jump(Insn::jump_imm(insn::JSLE, R4, 0, 0), next);
+        // s1 += count * d * d
+        self.push(Insn::load(DW, R1, R0, slot(at)));
+        self.push(Insn::load(DW, R2, FP, avg_s));
+        self.push(Insn::alu64_reg(insn::SUB, R1, R2));
+        self.push(Insn::mov_reg(R2, R1));
+        self.push(Insn::alu64_reg(insn::MUL, R1, R2));
+        self.push(Insn::alu64_reg(insn::MUL, R1, R4));
+        self.push(Insn::load(DW, R2, FP, s1));
+        self.push(Insn::alu64_reg(insn::ADD, R2, R1));
+        self.push(Insn::store(DW, FP, s1, R2));
+        // s2 += (count - 1) * (m2 / (count - 1)) when count >= 2
+        self.jump(Insn::jump_imm(insn::JSLT, R4, 2, 0), next);
+        self.push(Insn::alu64_imm(insn::SUB, R4, 1));
+        self.push(Insn::load(DW, R0, R0, slot(at + 1)));
+        self.push(Insn::mov_reg(R2, R4));
+        self.signed_div_r0_by_r2();
+        self.push(Insn::alu64_reg(insn::MUL, R0, R4));
+        self.push(Insn::load(DW, R2, FP, s2));
+        self.push(Insn::alu64_reg(insn::ADD, R2, R0));
+        self.push(Insn::store(DW, FP, s2, R2));
+        self.bind(next);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.push(Insn::store(DW, FP, cpu, R3));
+        self.goto(top);
+        self.bind(too_many);
+        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
+        self.goto(self.epilogue);
+        self.bind(done);
+        // (s1 + s2) / (count - 1), or 0 for one sample.
+        let single = self.new_label();
+        let scaled = self.new_label();
+        self.push(Insn::load(DW, R2, FP, count));
+        self.jump(Insn::jump_imm(insn::JSLE, R2, 1, 0), single);
+        self.push(Insn::alu64_imm(insn::SUB, R2, 1));
+        self.push(Insn::load(DW, R0, FP, s1));
+        self.push(Insn::load(DW, R1, FP, s2));
+        self.push(Insn::alu64_reg(insn::ADD, R0, R1));
+        self.signed_div_r0_by_r2();
+        self.goto(scaled);
+        self.bind(single);
+        self.push(Insn::mov_imm(R0, 0));
+        self.bind(scaled);
+        if shift > 0 {
+            self.push(Insn::alu64_imm(insn::ARSH, R0, (2 * shift).min(63) as i32));
+        }
+    }
+
+    /// r0 = r0 / r2 for r2 > 0, truncating toward zero (r1 clobbered).
+    fn signed_div_r0_by_r2(&mut self) {
+        self.push(Insn::mov_reg(R1, R0));
+        self.push(Insn::jump_imm(insn::JSGE, R0, 0, 1));
+        self.push(Insn::neg(R0));
+        self.push(Insn::alu64_reg(insn::DIV, R0, R2));
+        self.push(Insn::jump_imm(insn::JSGE, R1, 0, 1));
+        self.push(Insn::neg(R0));
     }
 }
 

@@ -1,0 +1,153 @@
+//! Constructs that used to be host-only, now in kernel probes: `delete` of
+//! a whole array or statistics array (a `bpf_for_each_map_elem` callback
+//! that deletes each element), and printing a histogram (a record the
+//! host answers with its own histogram printer). Each test filters on its
+//! own trigger's process name.
+
+use std::process::Command;
+
+use super::{Session, assert_success, build, closed_port, serial, trigger_until_done};
+
+/// x86_64 `socket(2)`: the trigger's `udp` mode makes exactly one.
+const SYS_SOCKET: i64 = 41;
+
+#[test]
+fn kernel_delete_empties_an_array_and_a_statistics_array() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global a, s
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGFill") {{
+               a[pid()] = 1
+               s[pid()] <<< pid()
+             }}
+             if ($id == {SYS_SOCKET} && execname() == "stapKGDel") {{
+               n = 0
+               foreach ([k] in a) n++
+               m = 0
+               foreach ([k] in s) m++
+               printf("before %d %d\n", n, m)
+               delete a
+               delete s
+               exit()
+             }}
+           }}
+           probe end {{
+             n = 0
+             foreach (k in a) n++
+             m = 0
+             foreach (k in s) m++
+             printf("after %d %d\n", n, m)
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    for _ in 0..3 {
+        let status = Command::new(&trigger)
+            .args(["stapKGFill", "udp", "127.0.0.1", &port])
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger failed: {status}");
+    }
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGDel", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "before 3 3\nafter 0 0\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// One histogram row in stap's layout (counts here stay under 50, so one
+/// `@` per sample).
+fn row(value: i64, count: usize) -> String {
+    format!("{value:>5} |{:<50}{count:>5}\n", "@".repeat(count))
+}
+
+const HEADER: &str = "value |-------------------------------------------------- count\n";
+
+#[test]
+fn kernel_probe_prints_log_and_linear_histograms_in_stap_layout() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let values: [i64; 8] = [1, 2, 2, 3, 8, 8, 8, 64];
+    let adds: String = values
+        .iter()
+        .map(|v| format!("h[pid()] <<< {v}; g[execname()] <<< {}\n", v % 10))
+        .collect();
+    let script = format!(
+        r#"global h, g
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGHist") {{
+               {adds}
+               printf("log\n")
+               print(@hist_log(h[pid()]))
+               printf("linear\n")
+               println(@hist_linear(g[execname()], 0, 10, 2))
+               printf("done\n")
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGHist", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    // Log buckets: 1 → 1, {2, 2, 3} → 2, {8, 8, 8} → 8, 64 → 64; two
+    // empty rows around the data, nothing below 0.
+    let log: String = [(0, 0), (1, 1), (2, 3), (4, 0), (8, 3), (16, 0)]
+        .iter()
+        .chain(&[(32, 0), (64, 1), (128, 0), (256, 0)])
+        .map(|(v, n)| row(*v, *n))
+        .collect();
+    // Linear, of v % 10 = 1 2 2 3 8 8 8 4: 0..1 → 1, 2..3 → 3, 4..5 → 1,
+    // 8..9 → 3; the buckets run to hi = 10.
+    let linear: String = [(0, 1), (2, 3), (4, 1), (6, 0), (8, 3), (10, 0)]
+        .iter()
+        .map(|(v, n)| row(*v, *n))
+        .collect();
+    let expected = format!("log\n{HEADER}{log}\nlinear\n{HEADER}{linear}\n\ndone\n");
+    assert_eq!(done.stdout, expected, "stderr:\n{}", done.stderr);
+}
+
+/// `@variance` in a kernel probe: stap's integer results for 1..5 (12, and
+/// 2 with a shift of 1), the samples added and extracted in the kernel.
+#[test]
+fn kernel_probe_variance_uses_stap_integer_arithmetic() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global x, y
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGVar") {{
+               for (i = 1; i <= 5; i++) {{ x <<< i; y <<< i }}
+               printf("%d %d\n", @variance(x), @variance(y, 1))
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGVar", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(done.stdout, "12 2\n", "stderr:\n{}", done.stderr);
+}
