@@ -227,14 +227,7 @@ impl Emitter<'_> {
         self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
         self.push(Insn::mov_reg(R1, R0));
         self.call_memset(value_bytes);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
-        self.push(Insn::store(DW, FP, cpu, R3));
-        self.goto(top);
-        self.bind(too_many);
-        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
-        self.goto(self.epilogue);
-        self.bind(done);
+        self.next_cpu(cpu, top, too_many, done);
     }
 
     /// The callback `delete ARRAY` hands to `bpf_for_each_map_elem`:

@@ -5,6 +5,20 @@
 use super::*;
 
 impl Emitter<'_> {
+    /// The end of a loop over CPUs whose index is in the frame slot `cpu`:
+    /// on to the next CPU at `top`; past `Options::cpus`, the error record;
+    /// the loop's exit is `done`.
+    pub(super) fn next_cpu(&mut self, cpu: i16, top: Label, too_many: Label, done: Label) {
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.push(Insn::store(DW, FP, cpu, R3));
+        self.goto(top);
+        self.bind(too_many);
+        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
+        self.goto(self.epilogue);
+        self.bind(done);
+    }
+
     pub(super) fn stat_add(&mut self, global: GlobalId, keys: &[Reg], value: Reg) {
         let Storage::Stats { needs, .. } = self.module.global(global).storage.clone() else {
             self.unsupported("<<< on a global that is not a statistic");
@@ -226,14 +240,7 @@ impl Emitter<'_> {
         self.push(Insn::alu64_reg(insn::ADD, R2, R1));
         self.push(Insn::store(DW, FP, count, R2));
         self.bind(next);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
-        self.push(Insn::store(DW, FP, cpu, R3));
-        self.goto(top);
-        self.bind(too_many);
-        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
-        self.goto(self.epilogue);
-        self.bind(done);
+        self.next_cpu(cpu, top, too_many, done);
         match what {
             StatValue::Count => self.push(Insn::load(DW, R0, FP, count)),
             StatValue::Sum => self.push(Insn::load(DW, R0, FP, value)),
@@ -330,14 +337,7 @@ impl Emitter<'_> {
         self.push(Insn::alu64_reg(insn::ADD, R2, R0));
         self.push(Insn::store(DW, FP, s2, R2));
         self.bind(next);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
-        self.push(Insn::store(DW, FP, cpu, R3));
-        self.goto(top);
-        self.bind(too_many);
-        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
-        self.goto(self.epilogue);
-        self.bind(done);
+        self.next_cpu(cpu, top, too_many, done);
         // (s1 + s2) / (count - 1), or 0 for one sample.
         let single = self.new_label();
         let scaled = self.new_label();
