@@ -5,6 +5,28 @@
 use super::*;
 
 impl Emitter<'_> {
+    /// The head of a loop over CPUs whose index is in the frame slot `cpu`
+    /// (bound at `top`): R0 = this CPU's value of the element whose key is
+    /// written; no element (or no more CPUs) goes to `done`, more CPUs than
+    /// `Options::cpus` to `too_many`.
+    pub(super) fn this_cpu_value(
+        &mut self,
+        global: GlobalId,
+        no_keys: bool,
+        cpu: i16,
+        top: Label,
+        too_many: Label,
+        done: Label,
+    ) {
+        self.bind(top);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.key_args(global, no_keys);
+        self.call(helper::MAP_LOOKUP_PERCPU_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
+        self.push(Insn::load(DW, R3, FP, cpu));
+        self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
+    }
+
     /// The end of a loop over CPUs whose index is in the frame slot `cpu`:
     /// on to the next CPU at `top`; past `Options::cpus`, the error record;
     /// the loop's exit is `done`.
@@ -208,13 +230,7 @@ impl Emitter<'_> {
             self.push(Insn::store_imm(DW, FP, slot, 0));
         }
         let too_many = self.new_label();
-        self.bind(top);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.key_args(global, keys.is_empty());
-        self.call(helper::MAP_LOOKUP_PERCPU_ELEM);
-        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
+        self.this_cpu_value(global, keys.is_empty(), cpu, top, too_many, done);
         let slot = |index: u32| (index * 8) as i16;
         self.push(Insn::load(DW, R1, R0, slot(layout.count)));
         self.jump(Insn::jump_imm(insn::JEQ, R1, 0, 0), next);
@@ -307,13 +323,7 @@ impl Emitter<'_> {
         let next = self.new_label();
         let done = self.new_label();
         let too_many = self.new_label();
-        self.bind(top);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.key_args(global, keys.is_empty());
-        self.call(helper::MAP_LOOKUP_PERCPU_ELEM);
-        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
-        self.push(Insn::load(DW, R3, FP, cpu));
-        self.jump(Insn::jump_imm(insn::JGE, R3, self.cpus, 0), too_many);
+        self.this_cpu_value(global, keys.is_empty(), cpu, top, too_many, done);
         self.push(Insn::load(DW, R4, R0, slot(count_slot)));
         self.jump(Insn::jump_imm(insn::JSLE, R4, 0, 0), next);
         // s1 += count * d * d
