@@ -10,6 +10,13 @@ fn main() {
     let mut files = Vec::new();
     collect(&root, &mut files);
     files.sort();
+    // A binary without its stdlib would fail every tapset probe with
+    // "unknown probe point": refuse to build one.
+    assert!(
+        !files.is_empty(),
+        "no tapsets under {}: the stdlib must be built in",
+        root.display()
+    );
 
     let mut code =
         String::from("/// Every tapset under stdlib/: (path relative to stdlib/, text).\n");
@@ -31,11 +38,12 @@ fn main() {
 }
 
 fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
+    let entries = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("cannot read tapset directory {}: {e}", dir.display()));
+    for entry in entries {
+        let path = entry
+            .unwrap_or_else(|e| panic!("cannot read tapset directory {}: {e}", dir.display()))
+            .path();
         if path.is_dir() {
             println!("cargo:rerun-if-changed={}", path.display());
             collect(&path, files);
