@@ -1,0 +1,217 @@
+//! `process("PATH").function("F")[.return]` and `.statement(...)`:
+//! uprobes, with the parameters the binary's DWARF gives, read from the
+//! registers of the calling convention.
+
+use super::{
+    Component, ProbeContext, ResolvedPoint, has_wildcard, plain, render, string_arg, with_context,
+};
+use crate::ast_print::quote_string;
+use crate::diag::Diagnostic;
+use crate::kernel::{FunctionProto, KernelFacts, TypeId, TypeKind};
+use crate::sema::hir::{ContextSource, ContextVar, ProbeKind, ProcessTarget};
+use crate::sema::symbols::Elaborator;
+use crate::source::Span;
+
+/// The point names, for "did you mean".
+pub(super) const NAMES: &[&str] = &["process.function", "process.statement"];
+
+impl<'a> Elaborator<'a> {
+    /// `process("PATH").function("F")[.call|.return]` or `.statement("S")`.
+    pub(super) fn resolve_process(
+        &mut self,
+        comps: &[Component],
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let rest = &names[1..];
+        let path = string_arg(&comps[0], "process")?.to_string();
+        let (target, is_return) = match rest {
+            ["function"] | ["function", "call"] => (
+                ProcessTarget::Function(string_arg(&comps[1], "function")?.into()),
+                false,
+            ),
+            ["function", "return"] => (
+                ProcessTarget::Function(string_arg(&comps[1], "function")?.into()),
+                true,
+            ),
+            ["statement"] => (
+                ProcessTarget::Statement(string_arg(&comps[1], "statement")?.into()),
+                false,
+            ),
+            _ => {
+                return Err(Diagnostic::error(format!(
+                    "unknown process probe `{}`",
+                    render(comps)
+                ))
+                .at(
+                    span,
+                    "expected `.function(\"f\")[.return]` or `.statement(\"...\")`",
+                ));
+            }
+        };
+        let context = self.process_context(&path, &target, is_return);
+        let kind = ProbeKind::Process {
+            path,
+            target,
+            is_return,
+        };
+        Ok(vec![with_context(
+            plain(kind, "process", render(comps), span),
+            context,
+        )])
+    }
+
+    /// What a process probe's body may read. The DWARF is read here, but
+    /// its absence is an error only when the body uses a `$var`: the
+    /// register built-ins (`int_arg(1)`) need none.
+    fn process_context(&self, path: &str, target: &ProcessTarget, is_return: bool) -> ProbeContext {
+        let function = match target {
+            ProcessTarget::Function(f) if !has_wildcard(f) => f,
+            _ => {
+                return ProbeContext {
+                    family: "process",
+                    is_return,
+                    needs_dwarf: true,
+                    ..ProbeContext::default()
+                };
+            }
+        };
+        let point = format!(
+            "process({}).function({})",
+            quote_string(path),
+            quote_string(function)
+        );
+        let fallback = "use int_arg(N)/pointer_arg(N) instead";
+        match self.facts.user_function(path, function) {
+            Ok(Some(proto)) => user_function_context(&proto, is_return, self.facts),
+            Ok(None) => no_dwarf_context(
+                is_return,
+                format!("{point}: the binary has no DWARF debug info (build with -g); {fallback}"),
+            ),
+            Err(e) => no_dwarf_context(is_return, format!("{point}: {e}; {fallback}")),
+        }
+    }
+}
+
+/// Integer and pointer arguments a uprobe reads from registers: the
+/// x86_64 SysV (and BPF backend) limit.
+const REGISTER_ARGS: u32 = 6;
+
+/// How a value of this type travels in a call.
+enum Passing {
+    /// In a general-purpose register (integers, enums, pointers).
+    Register,
+    /// In a floating-point register, which BPF cannot read.
+    Float,
+    /// Anything else (a struct by value): it shifts the registers of the
+    /// arguments after it in ways DWARF alone does not tell.
+    Other,
+}
+
+fn passing(facts: &dyn KernelFacts, ty: TypeId) -> Passing {
+    match facts.kind(ty) {
+        TypeKind::Int { .. } | TypeKind::Enum { .. } | TypeKind::Pointer(_) => Passing::Register,
+        TypeKind::Float { .. } => Passing::Float,
+        _ => Passing::Other,
+    }
+}
+
+/// The context of a `process(...).function(...)` probe: parameters from
+/// the binary's DWARF, each read from the register the calling convention
+/// puts it in.
+fn user_function_context(
+    proto: &FunctionProto,
+    is_return: bool,
+    facts: &dyn KernelFacts,
+) -> ProbeContext {
+    let mut vars = Vec::new();
+    let mut entry_vars = Vec::new();
+    let mut unreadable = Vec::new();
+    let mut register = 0u32;
+    let mut lost: Option<String> = None;
+    for p in &proto.params {
+        let type_name = facts.type_name(p.ty);
+        let why = match (passing(facts, p.ty), &lost) {
+            (Passing::Register, Some(after)) => Some(format!(
+                "it follows `{after}`, passed by value, so its register is unknown"
+            )),
+            (Passing::Register, None) if register >= REGISTER_ARGS => Some(format!(
+                "only the first {REGISTER_ARGS} integer and pointer arguments are in registers"
+            )),
+            (Passing::Register, None) => None,
+            (Passing::Float, _) => Some(format!(
+                "`{type_name}` travels in a floating-point register, which uprobes cannot read"
+            )),
+            (Passing::Other, _) => {
+                lost.get_or_insert_with(|| p.name.clone());
+                Some(format!(
+                    "`{type_name}` is passed by value, which stap-rs cannot read"
+                ))
+            }
+        };
+        match why {
+            Some(why) => unreadable.push((p.name.clone(), why)),
+            None => {
+                let var = ContextVar {
+                    name: p.name.clone(),
+                    ty: p.ty,
+                    type_name,
+                    source: ContextSource::FunctionParam(register),
+                };
+                register += 1;
+                if is_return {
+                    // A uretprobe sees the registers at the return, where
+                    // the arguments are gone: an entry uprobe saves them.
+                    unreadable.push((
+                        p.name.clone(),
+                        format!(
+                            "a return probe sees the registers at the return, where the \
+                             arguments are gone: read the value at the entry with @entry(${})",
+                            p.name
+                        ),
+                    ));
+                    entry_vars.push(var);
+                } else {
+                    vars.push(var);
+                }
+            }
+        }
+    }
+    let mut ret = None;
+    if let Some(ty) = proto.ret.filter(|_| is_return) {
+        let type_name = facts.type_name(ty);
+        match passing(facts, ty) {
+            Passing::Register => {
+                ret = Some(ContextVar {
+                    name: "return".to_string(),
+                    ty,
+                    type_name,
+                    source: ContextSource::Return,
+                });
+            }
+            _ => unreadable.push((
+                "return".to_string(),
+                format!("a `{type_name}` return value is not in the integer return register"),
+            )),
+        }
+    }
+    ProbeContext {
+        family: "process",
+        vars,
+        ret,
+        is_return,
+        unreadable,
+        entry_vars,
+        ..ProbeContext::default()
+    }
+}
+
+/// The context of a process probe whose DWARF could not be had.
+fn no_dwarf_context(is_return: bool, why: String) -> ProbeContext {
+    ProbeContext {
+        family: "process",
+        is_return,
+        no_dwarf: Some(why),
+        ..ProbeContext::default()
+    }
+}

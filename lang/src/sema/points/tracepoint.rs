@@ -1,0 +1,128 @@
+//! `kernel.trace("SYSTEM:NAME")`: tracepoints, with wildcards, and their
+//! arguments as context variables (raw tracepoint BTF or tracefs fields).
+
+use super::{
+    Component, ProbeContext, ResolvedPoint, facts_error, glob_match, has_wildcard, no_arg, plain,
+    string_arg, with_context,
+};
+use crate::ast_print::quote_string;
+use crate::diag::Diagnostic;
+use crate::kernel::{Tracepoint, TracepointArgs};
+use crate::sema::hir::{ContextSource, ContextVar, ProbeKind};
+use crate::sema::symbols::Elaborator;
+use crate::source::Span;
+
+/// The point names, for "did you mean".
+pub(super) const NAMES: &[&str] = &["kernel.trace"];
+
+impl<'a> Elaborator<'a> {
+    /// `kernel.trace("SPEC")`.
+    pub(super) fn resolve_trace(
+        &mut self,
+        comps: &[Component],
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        no_arg(&comps[0])?;
+        let spec = string_arg(&comps[1], "kernel.trace")?;
+        self.resolve_tracepoints(spec, comps[1].span)
+    }
+
+    fn resolve_tracepoints(
+        &mut self,
+        spec: &str,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let (system, name) = match spec.split_once(':') {
+            Some((s, n)) => (Some(s), n),
+            None => (None, spec),
+        };
+        let facts = self.facts;
+        let mut matches: Vec<(Option<String>, String)> = Vec::new();
+        if has_wildcard(spec) {
+            let mut all = facts.tracepoint_names().map_err(|e| facts_error(e, span))?;
+            all.sort();
+            for (s, n) in all {
+                if system.is_none_or(|sys| glob_match(sys, &s)) && glob_match(name, &n) {
+                    matches.push((Some(s), n));
+                }
+            }
+        } else {
+            matches.push((system.map(str::to_string), name.to_string()));
+        }
+        let mut out = Vec::new();
+        for (s, n) in matches {
+            let tp = facts
+                .tracepoint(s.as_deref(), &n)
+                .map_err(|e| facts_error(e, span))?;
+            if let Some(tp) = tp {
+                let context = tracepoint_context(&tp, facts);
+                let resolved = format!(
+                    "kernel.trace({})",
+                    quote_string(&format!("{}:{}", tp.system, tp.name))
+                );
+                let kind = ProbeKind::Tracepoint {
+                    system: tp.system,
+                    name: tp.name,
+                    args: tp.args,
+                };
+                out.push(with_context(
+                    plain(kind, "kernel.trace", resolved, span),
+                    context,
+                ));
+            }
+        }
+        if out.is_empty() {
+            let names = facts.tracepoint_names().unwrap_or_default();
+            let candidates: Vec<String> = names
+                .iter()
+                .map(|(s, n)| {
+                    if system.is_some() {
+                        format!("{s}:{n}")
+                    } else {
+                        n.clone()
+                    }
+                })
+                .collect();
+            let what = if has_wildcard(spec) {
+                "no tracepoint matches"
+            } else {
+                "unknown tracepoint"
+            };
+            return Err(Diagnostic::error(format!("{what} `{spec}`"))
+                .at(span, "not a tracepoint of this kernel")
+                .suggest(spec, candidates.iter().map(String::as_str)));
+        }
+        Ok(out)
+    }
+}
+
+fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -> ProbeContext {
+    let vars = match &tp.args {
+        TracepointArgs::Raw(params) => params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| ContextVar {
+                name: p.name.clone(),
+                ty: p.ty,
+                type_name: facts.type_name(p.ty),
+                source: ContextSource::TracepointArg(i as u32),
+            })
+            .collect(),
+        TracepointArgs::Classic(fields) => fields
+            .iter()
+            .map(|f| ContextVar {
+                name: f.name.clone(),
+                ty: f.ty,
+                type_name: facts.type_name(f.ty),
+                source: ContextSource::ClassicField {
+                    offset: f.offset,
+                    size: f.size,
+                },
+            })
+            .collect(),
+    };
+    ProbeContext {
+        family: "kernel.trace",
+        vars,
+        ..ProbeContext::default()
+    }
+}
