@@ -11,7 +11,7 @@ use std::path::Path;
 
 use stap_lang::bpf::{AttachKind, Object};
 
-use crate::load::{Loaded, point_text};
+use crate::load::Loaded;
 use crate::sys::{self, PerfEvent};
 use crate::tracefs::Tracefs;
 use crate::uprobe;
@@ -114,7 +114,7 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
     for (index, (program, fd)) in object.programs.iter().zip(&loaded.programs).enumerate() {
         let error = |reason: String| AttachError {
             program: index,
-            probe: point_text(&program.attach),
+            probe: program.attach.point_text(),
             reason,
         };
         let (fds, kprobe_link) = match &program.attach {
@@ -128,7 +128,7 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
         };
         let program = fd.try_clone().map_err(|e| AttachError {
             program: index,
-            probe: point_text(&program.attach),
+            probe: program.attach.point_text(),
             reason: format!("duplicating the program fd: {e}"),
         })?;
         attached.attachments.push(Attachment {

@@ -49,18 +49,13 @@ pub const BPF_MAP_TYPE_RINGBUF: u32 = 27;
 /// Map flag: programs may only read the map (host writes, then freezes).
 pub const BPF_F_RDONLY_PROG: u32 = 1 << 7;
 
-pub const BPF_PROG_TYPE_KPROBE: u32 = 2;
-pub const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
-pub const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
-pub const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
-pub const BPF_PROG_TYPE_TRACING: u32 = 26;
-pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
-
-pub const BPF_TRACE_RAW_TP: u32 = 23;
-pub const BPF_TRACE_FENTRY: u32 = 24;
-pub const BPF_TRACE_FEXIT: u32 = 25;
+// Program and attach types are facts of an `AttachKind`, defined beside it.
+pub use stap_lang::bpf::attach::{
+    BPF_NETFILTER, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_NETFILTER, BPF_PROG_TYPE_PERF_EVENT,
+    BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT, BPF_PROG_TYPE_TRACING,
+    BPF_TRACE_FENTRY, BPF_TRACE_FEXIT, BPF_TRACE_RAW_TP,
+};
 pub const BPF_PERF_EVENT: u32 = 41;
-pub const BPF_NETFILTER: u32 = 45;
 
 /// `src_reg` of an `ld_imm64` whose immediate is a map fd.
 pub const BPF_PSEUDO_MAP_FD: u8 = 1;

@@ -4,6 +4,7 @@
 //!
 //! The output, an [`Object`], is the contract with the runtime loader.
 
+pub mod attach;
 pub mod btf;
 mod compile;
 mod emit;

@@ -215,7 +215,7 @@ impl KernelState {
             let attached = attach::attach_one(&program.attach, fd.as_fd()).map_err(|reason| {
                 AddError::Attach(attach::AttachError {
                     program: *index,
-                    probe: load::point_text(&program.attach),
+                    probe: program.attach.point_text(),
                     reason,
                 })
             })?;
@@ -260,7 +260,7 @@ impl KernelState {
                 id: self.probes.len() + 1,
                 generation,
                 point: module.probes.get(probe).map_or_else(
-                    || load::point_text(&object.programs[index].attach),
+                    || object.programs[index].attach.point_text(),
                     |p| p.point.clone(),
                 ),
                 attach: object.programs[index].attach.clone(),

@@ -11,7 +11,6 @@
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
 use std::sync::Arc;
 
 use stap_lang::bpf::btf::{FUNC_INFO_BYTES, FuncInfo, LINE_INFO_BYTES, LineInfo};
@@ -19,11 +18,15 @@ use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object, Program};
 use stap_lang::diag::Diagnostic;
 use stap_lang::source::{SourceMap, Span};
 
-use crate::btf::{Btf, Kind};
+use crate::btf::Btf;
 use crate::sys::{self, ProgBtf, ProgLoad};
 
-const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
-const BTF_DIR: &str = "/sys/kernel/btf";
+mod targets;
+mod verifier_log;
+
+pub use verifier_log::{VerifierFailure, parse_verifier_log};
+
+use targets::BtfTargets;
 
 /// Verifier log buffers tried in turn when the log does not fit (kernels
 /// before 6.4 keep the head of the log, and the error is at its end).
@@ -267,7 +270,8 @@ fn load_program(
         program: index,
         reason,
     })?;
-    let (prog_type, expected_attach_type) = program_type(&program.attach);
+    let prog_type = program.attach.program_type();
+    let expected_attach_type = program.attach.expected_attach_type();
     let kernel_error = |(what, error)| LoadError::Kernel {
         program: index,
         what,
@@ -392,27 +396,6 @@ fn rejection(index: usize, program: &Program, log: String, error: io::Error) -> 
         },
     }
 }
-
-/// The program type and expected attach type for an attach kind.
-pub fn program_type(attach: &AttachKind) -> (u32, u32) {
-    match attach {
-        AttachKind::RawTracepoint { .. } => (sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0),
-        AttachKind::TpBtf { .. } => (sys::BPF_PROG_TYPE_TRACING, sys::BPF_TRACE_RAW_TP),
-        AttachKind::Tracepoint { .. } => (sys::BPF_PROG_TYPE_TRACEPOINT, 0),
-        AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => (sys::BPF_PROG_TYPE_KPROBE, 0),
-        AttachKind::Fentry { is_return, .. } => (
-            sys::BPF_PROG_TYPE_TRACING,
-            if *is_return {
-                sys::BPF_TRACE_FEXIT
-            } else {
-                sys::BPF_TRACE_FENTRY
-            },
-        ),
-        AttachKind::PerfEvent { .. } => (sys::BPF_PROG_TYPE_PERF_EVENT, 0),
-        AttachKind::Netfilter { .. } => (sys::BPF_PROG_TYPE_NETFILTER, sys::BPF_NETFILTER),
-    }
-}
-
 /// The program's instructions with each map reference's `ld_imm64`
 /// immediate set to the map's fd (the emitter already set `src_reg`).
 pub fn patch_map_fds(program: &Program, maps: &[OwnedFd]) -> Result<Vec<u64>, String> {
@@ -442,262 +425,7 @@ fn patch_with(program: &Program, fds: &[i32]) -> Result<Vec<u64>, String> {
     Ok(insns)
 }
 
-// ---- fentry targets --------------------------------------------------------
-
-struct Target {
-    btf_id: u32,
-    /// A module's BTF object, for `attach_btf_obj_fd`.
-    module_btf: Option<OwnedFd>,
-}
-
-/// Kernel BTF opened on first need.
-struct BtfTargets {
-    vmlinux: Option<Arc<Btf>>,
-}
-
-impl BtfTargets {
-    fn new(vmlinux: Option<&Arc<Btf>>) -> BtfTargets {
-        BtfTargets {
-            vmlinux: vmlinux.cloned(),
-        }
-    }
-
-    fn vmlinux(&mut self) -> Result<Arc<Btf>, (String, io::Error)> {
-        if let Some(btf) = &self.vmlinux {
-            return Ok(btf.clone());
-        }
-        let btf = Btf::open(Path::new(VMLINUX_BTF))
-            .map(Arc::new)
-            .map_err(|e| {
-                (
-                    format!("cannot read {VMLINUX_BTF}"),
-                    io::Error::other(e.to_string()),
-                )
-            })?;
-        self.vmlinux = Some(btf.clone());
-        Ok(btf)
-    }
-
-    /// A tp_btf target: the `btf_trace_NAME` typedef of vmlinux.
-    fn tracepoint(&mut self, name: &str) -> Result<Target, (String, io::Error)> {
-        let base = self.vmlinux()?;
-        let typedef = format!("btf_trace_{name}");
-        let id = base
-            .find_by_name(Kind::Typedef, &typedef)
-            .map_err(|e| {
-                (
-                    format!("reading {VMLINUX_BTF}"),
-                    io::Error::other(e.to_string()),
-                )
-            })?
-            .ok_or_else(|| {
-                (
-                    format!("no BTF typedef {typedef} in vmlinux (a module's tracepoint?)"),
-                    io::Error::from(io::ErrorKind::NotFound),
-                )
-            })?;
-        Ok(Target {
-            btf_id: id,
-            module_btf: None,
-        })
-    }
-
-    fn find(
-        &mut self,
-        function: &str,
-        module: Option<&str>,
-    ) -> Result<Target, (String, io::Error)> {
-        let base = self.vmlinux()?;
-        let not_found = |place: &str| {
-            (
-                format!("no BTF for function {function} in {place}"),
-                io::Error::from(io::ErrorKind::NotFound),
-            )
-        };
-        let Some(module) = module else {
-            let id = base
-                .find_by_name(Kind::Func, function)
-                .map_err(|e| {
-                    (
-                        format!("reading {VMLINUX_BTF}"),
-                        io::Error::other(e.to_string()),
-                    )
-                })?
-                .ok_or_else(|| not_found("vmlinux"))?;
-            return Ok(Target {
-                btf_id: id,
-                module_btf: None,
-            });
-        };
-        let path = Path::new(BTF_DIR).join(module);
-        let split = Btf::open_split(&path, base).map_err(|e| {
-            (
-                format!("cannot read the BTF of module {module}"),
-                io::Error::other(e.to_string()),
-            )
-        })?;
-        let id = split
-            .find_by_name(Kind::Func, function)
-            .map_err(|e| {
-                (
-                    format!("reading {}", path.display()),
-                    io::Error::other(e.to_string()),
-                )
-            })?
-            .ok_or_else(|| not_found(&format!("module {module}")))?;
-        let fd = sys::kernel_btf_fd(module)
-            .map_err(|e| (format!("finding the BTF object of module {module}"), e))?
-            .ok_or_else(|| not_found(&format!("the loaded BTF objects (module {module})")))?;
-        Ok(Target {
-            btf_id: id,
-            module_btf: Some(fd),
-        })
-    }
-}
-
-// ---- verifier logs ---------------------------------------------------------
-
-/// What a verifier log says went wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifierFailure {
-    /// The instruction being verified when it failed.
-    pub insn: Option<usize>,
-    /// The verifier's message, one line.
-    pub reason: String,
-}
-
-/// Finds the failing instruction (the last `N: (op) ...` line) and the
-/// reason (the first message after it that is not a register-state dump
-/// or a statistics line). `None` when the log holds no message.
-pub fn parse_verifier_log(log: &str) -> Option<VerifierFailure> {
-    let lines: Vec<&str> = log.lines().collect();
-    let last_insn = lines
-        .iter()
-        .rposition(|line| instruction_index(line).is_some());
-    let tail = match last_insn {
-        Some(at) => &lines[at + 1..],
-        None => &lines[..],
-    };
-    let mut messages = tail
-        .iter()
-        .filter(|line| is_message(line))
-        .map(|l| l.trim());
-    let reason = messages.next().or_else(|| {
-        // Nothing after the last instruction: the message may precede it
-        // (rare) or there is none; take the last message in the log.
-        lines
-            .iter()
-            .rev()
-            .find(|line| is_message(line) && instruction_index(line).is_none())
-            .map(|l| l.trim())
-    })?;
-    let insn = last_insn
-        .and_then(|at| instruction_index(lines[at]))
-        .or_else(|| insn_mentioned(reason));
-    Some(VerifierFailure {
-        insn,
-        reason: clean_reason(reason),
-    })
-}
-
-/// `12: (85) call bpf_map_lookup_elem#1` → 12.
-fn instruction_index(line: &str) -> Option<usize> {
-    let (index, rest) = line.split_once(": (")?;
-    let opcode = rest.get(..3)?;
-    let is_opcode =
-        opcode.as_bytes()[..2].iter().all(u8::is_ascii_hexdigit) && opcode.ends_with(')');
-    (is_opcode && !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| index.parse().ok())
-        .flatten()
-}
-
-/// Lines of the log that are not state dumps, source comments or
-/// statistics.
-fn is_message(line: &&str) -> bool {
-    let text = line.trim();
-    if text.is_empty() || line.starts_with(char::is_whitespace) {
-        return false;
-    }
-    const NOISE: [&str; 9] = [
-        "processed ",
-        "verification time",
-        "stack depth",
-        "; ",
-        "from ",
-        "func#",
-        "mark_precise",
-        "last_idx",
-        "Live regs",
-    ];
-    if NOISE.iter().any(|prefix| text.starts_with(prefix)) {
-        return false;
-    }
-    // `5: R0=... R10=fp0`: the state at instruction 5.
-    if let Some((index, rest)) = text.split_once(": ")
-        && index.bytes().all(|b| b.is_ascii_digit())
-        && (rest.starts_with('R') && rest.contains('=') || rest.starts_with("frame"))
-    {
-        return false;
-    }
-    true
-}
-
-/// "unreachable insn 7", "jump out of range from insn 3 to 9" → 7, 3.
-fn insn_mentioned(reason: &str) -> Option<usize> {
-    let after = reason.split("insn ").nth(1)?;
-    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
-}
-
-fn clean_reason(reason: &str) -> String {
-    reason.trim().trim_end_matches(['.', ':']).to_string()
-}
-
 // ---- diagnostics -------------------------------------------------------------
-
-/// The probe point a program implements, in script syntax.
-pub fn point_text(attach: &AttachKind) -> String {
-    let ret = |is_return: bool| if is_return { ".return" } else { "" };
-    match attach {
-        AttachKind::RawTracepoint { name } | AttachKind::TpBtf { name } => {
-            format!("kernel.trace(\"{name}\")")
-        }
-        AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
-        AttachKind::Kprobe {
-            function,
-            is_return,
-        } => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
-        AttachKind::Fentry {
-            function,
-            is_return,
-            module,
-        } => match module {
-            Some(module) => format!(
-                "module(\"{module}\").function(\"{function}\"){}",
-                ret(*is_return)
-            ),
-            None => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
-        },
-        AttachKind::PerfEvent {
-            perf_type,
-            config,
-            sample_period,
-        } => format!("perf.type({perf_type}).config({config}).sample({sample_period})"),
-        AttachKind::Uprobe {
-            path,
-            function,
-            is_return,
-        } => format!(
-            "process(\"{path}\").function(\"{function}\"){}",
-            ret(*is_return)
-        ),
-        AttachKind::Netfilter {
-            pf,
-            hooknum,
-            priority,
-        } => format!("netfilter.hook({hooknum}).pf({pf}).priority({priority})"),
-    }
-}
 
 /// The script span of instruction `insn`: the last line-table entry at or
 /// before it.
@@ -725,7 +453,7 @@ pub fn describe(err: &LoadError, object: &Object, _map: &SourceMap, verbose: boo
             };
             let mut diag = Diagnostic::error(format!(
                 "the kernel's BPF verifier rejected probe {}: {reason}",
-                point_text(&prog.attach)
+                prog.attach.point_text()
             ));
             if let Some(span) = insn.and_then(|at| span_of(prog, at)) {
                 diag = diag.at(span, "this statement");
@@ -755,7 +483,7 @@ pub fn describe(err: &LoadError, object: &Object, _map: &SourceMap, verbose: boo
             error,
         } => {
             let point =
-                probe(*program).map_or_else(|| format!("#{program}"), |p| point_text(&p.attach));
+                probe(*program).map_or_else(|| format!("#{program}"), |p| p.attach.point_text());
             Diagnostic::error(format!("cannot load probe {point}: {what}"))
                 .note(format!("the kernel said: {error}"))
         }
@@ -775,69 +503,10 @@ pub fn describe(err: &LoadError, object: &Object, _map: &SourceMap, verbose: boo
 
 #[cfg(test)]
 mod tests {
+    use super::verifier_log::MAP_VALUE_OOB;
     use super::*;
     use stap_lang::ir::FuncId;
     use stap_lang::source::FileId;
-
-    const MAP_VALUE_OOB: &str = "\
-func#0 @0
-0: R1=ctx() R10=fp0
-0: (b7) r1 = 0                        ; R1_w=0
-1: (63) *(u32 *)(r10 -4) = r1         ; R1_w=0 R10=fp0 fp-8=0000????
-2: (bf) r2 = r10                      ; R2_w=fp0 R10=fp0
-3: (07) r2 += -4                      ; R2_w=fp-4
-4: (18) r1 = 0xffff8881047fd000       ; R1_w=map_ptr(ks=4,vs=8)
-6: (85) call bpf_map_lookup_elem#1    ; R0_w=map_value_or_null(id=1,ks=4,vs=8)
-7: (15) if r0 == 0x0 goto pc+1        ; R0_w=map_value(ks=4,vs=8)
-8: (79) r0 = *(u64 *)(r0 +8)
-invalid access to map value, value_size=8 off=8 size=8
-R0 min value is outside of the allowed memory range
-processed 9 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0
-";
-
-    #[test]
-    fn map_value_overrun_names_the_instruction_and_reason() {
-        let failure = parse_verifier_log(MAP_VALUE_OOB).unwrap();
-        assert_eq!(failure.insn, Some(8));
-        assert_eq!(
-            failure.reason,
-            "invalid access to map value, value_size=8 off=8 size=8"
-        );
-    }
-
-    #[test]
-    fn structural_errors_without_instruction_lines() {
-        let log = "unreachable insn 3\nverification time 5 usec\n";
-        let failure = parse_verifier_log(log).unwrap();
-        assert_eq!(failure.insn, Some(3));
-        assert_eq!(failure.reason, "unreachable insn 3");
-
-        let log = "last insn is not an exit or jmp\nprocessed 0 insns (limit 1000000)\n";
-        let failure = parse_verifier_log(log).unwrap();
-        assert_eq!(failure.insn, None);
-        assert_eq!(failure.reason, "last insn is not an exit or jmp");
-    }
-
-    #[test]
-    fn register_state_after_the_failing_insn_is_skipped() {
-        let log = "\
-0: R1=ctx() R10=fp0
-0: (79) r2 = *(u64 *)(r1 +0)
-1: R1=ctx() R2_w=scalar() R10=fp0
-1: (71) r0 = *(u8 *)(r2 +0)
-R2 invalid mem access 'scalar'
-processed 2 insns (limit 1000000) max_states_per_insn 0 total_states 0 peak_states 0 mark_read 0
-";
-        let failure = parse_verifier_log(log).unwrap();
-        assert_eq!(failure.insn, Some(1));
-        assert_eq!(failure.reason, "R2 invalid mem access 'scalar'");
-    }
-
-    #[test]
-    fn empty_logs_have_no_failure() {
-        assert_eq!(parse_verifier_log(""), None);
-        assert_eq!(parse_verifier_log("processed 2 insns\n"), None);
-    }
 
     fn program(insns: Vec<u64>, relocs: Vec<(usize, usize)>, lines: Vec<(usize, Span)>) -> Program {
         Program {

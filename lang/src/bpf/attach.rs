@@ -1,0 +1,98 @@
+//! Pure facts about an [`AttachKind`]: the program type and expected
+//! attach type it is loaded with, and the probe point it implements in
+//! script syntax. The loader, the attacher and diagnostics all ask here,
+//! so a new kind of program adds its facts in this one place.
+
+use super::AttachKind;
+
+// `enum bpf_prog_type` and `enum bpf_attach_type` values (uapi/linux/bpf.h).
+pub const BPF_PROG_TYPE_KPROBE: u32 = 2;
+pub const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
+pub const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
+pub const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
+pub const BPF_PROG_TYPE_TRACING: u32 = 26;
+pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
+
+pub const BPF_TRACE_RAW_TP: u32 = 23;
+pub const BPF_TRACE_FENTRY: u32 = 24;
+pub const BPF_TRACE_FEXIT: u32 = 25;
+pub const BPF_NETFILTER: u32 = 45;
+
+impl AttachKind {
+    /// The `BPF_PROG_TYPE_*` a program of this kind is loaded as.
+    pub fn program_type(&self) -> u32 {
+        match self {
+            AttachKind::RawTracepoint { .. } => BPF_PROG_TYPE_RAW_TRACEPOINT,
+            AttachKind::TpBtf { .. } => BPF_PROG_TYPE_TRACING,
+            AttachKind::Tracepoint { .. } => BPF_PROG_TYPE_TRACEPOINT,
+            AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => BPF_PROG_TYPE_KPROBE,
+            AttachKind::Fentry { .. } => BPF_PROG_TYPE_TRACING,
+            AttachKind::PerfEvent { .. } => BPF_PROG_TYPE_PERF_EVENT,
+            AttachKind::Netfilter { .. } => BPF_PROG_TYPE_NETFILTER,
+        }
+    }
+
+    /// The load-time `expected_attach_type` (0 where the type needs none).
+    pub fn expected_attach_type(&self) -> u32 {
+        match self {
+            AttachKind::TpBtf { .. } => BPF_TRACE_RAW_TP,
+            AttachKind::Fentry { is_return, .. } => {
+                if *is_return {
+                    BPF_TRACE_FEXIT
+                } else {
+                    BPF_TRACE_FENTRY
+                }
+            }
+            AttachKind::Netfilter { .. } => BPF_NETFILTER,
+            AttachKind::RawTracepoint { .. }
+            | AttachKind::Tracepoint { .. }
+            | AttachKind::Kprobe { .. }
+            | AttachKind::Uprobe { .. }
+            | AttachKind::PerfEvent { .. } => 0,
+        }
+    }
+
+    /// The probe point a program implements, in script syntax.
+    pub fn point_text(&self) -> String {
+        let ret = |is_return: bool| if is_return { ".return" } else { "" };
+        match self {
+            AttachKind::RawTracepoint { name } | AttachKind::TpBtf { name } => {
+                format!("kernel.trace(\"{name}\")")
+            }
+            AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
+            AttachKind::Kprobe {
+                function,
+                is_return,
+            } => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+            AttachKind::Fentry {
+                function,
+                is_return,
+                module,
+            } => match module {
+                Some(module) => format!(
+                    "module(\"{module}\").function(\"{function}\"){}",
+                    ret(*is_return)
+                ),
+                None => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+            },
+            AttachKind::PerfEvent {
+                perf_type,
+                config,
+                sample_period,
+            } => format!("perf.type({perf_type}).config({config}).sample({sample_period})"),
+            AttachKind::Uprobe {
+                path,
+                function,
+                is_return,
+            } => format!(
+                "process(\"{path}\").function(\"{function}\"){}",
+                ret(*is_return)
+            ),
+            AttachKind::Netfilter {
+                pf,
+                hooknum,
+                priority,
+            } => format!("netfilter.hook({hooknum}).pf({pf}).priority({priority})"),
+        }
+    }
+}
