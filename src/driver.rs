@@ -1,24 +1,14 @@
 //! Runs the passes in order, stopping where `-p`/`--dump` asks, and turns
 //! every failure into rendered diagnostics on stderr.
 
-use crate::cli::{Args, DumpStage, KernelProbes};
-use crate::{listing, tapsets};
-use stap_lang::diag::{self, Diagnostic};
+use crate::cli::{Args, DumpStage};
+use crate::frontend::{Failed, Frontend, fail};
+use crate::listing;
 use stap_lang::kernel::KernelFacts;
-use stap_lang::preprocess::PreprocessEnv;
 use stap_lang::source::{FileId, SourceMap};
-use stap_lang::{ast, ast_print, parse, sema};
+use stap_lang::{ast_print, sema};
 use std::io::Read;
 use std::time::Instant;
-
-/// The run failed; the reason has already been printed.
-pub struct Failed;
-
-/// Prints a one-line error in stap's wording and fails.
-pub fn fail(message: impl std::fmt::Display) -> Failed {
-    eprintln!("ERROR: {message}");
-    Failed
-}
 
 pub fn run(args: &Args) -> Result<(), Failed> {
     let started = Instant::now();
@@ -121,87 +111,4 @@ fn load_script(args: &Args, map: &mut SourceMap) -> Result<(FileId, Vec<String>)
         path.as_str()
     };
     Ok((map.add(name, text), rest.to_vec()))
-}
-
-/// The kernel and arguments the front-end passes run against.
-pub struct Frontend<'a> {
-    kernel: &'a dyn KernelFacts,
-    script_args: &'a [String],
-}
-
-impl<'a> Frontend<'a> {
-    pub fn new(kernel: &'a dyn KernelFacts, script_args: &'a [String]) -> Self {
-        Frontend {
-            kernel,
-            script_args,
-        }
-    }
-
-    /// Parses one file, printing its diagnostics; fails on any error.
-    pub fn parse_one(&self, map: &SourceMap, file: FileId) -> Result<ast::File, Failed> {
-        let config = |name: &str| self.kernel.config(name);
-        let env = PreprocessEnv {
-            kernel: self.kernel.version(),
-            arch: self.kernel.arch(),
-            config: &config,
-            args: self.script_args,
-        };
-        let parsed = parse::parse_file(map, file, &env);
-        report(map, &parsed.diags)?;
-        Ok(parsed.file)
-    }
-
-    /// Parses every tapset. An error in a tapset is reported like a script
-    /// error: it names the tapset file.
-    pub fn parse_tapsets(
-        &self,
-        args: &Args,
-        map: &mut SourceMap,
-    ) -> Result<Vec<ast::File>, Failed> {
-        let texts = tapsets::load(&args.include).map_err(fail)?;
-        let ids: Vec<FileId> = texts.into_iter().map(|t| map.add(t.name, t.text)).collect();
-        let mut files = Vec::with_capacity(ids.len());
-        for id in ids {
-            files.push(self.parse_one(map, id)?);
-        }
-        Ok(files)
-    }
-
-    pub fn elaborate(
-        &self,
-        map: &SourceMap,
-        user: &[ast::File],
-        library: &[ast::File],
-        args: &Args,
-    ) -> Result<sema::Program, Failed> {
-        let (program, diags) = sema::elaborate(user, library, self.kernel, &elab_options(args));
-        report(map, &diags)?;
-        program.ok_or_else(|| fail("elaboration failed"))
-    }
-}
-
-/// Prints diagnostics; fails when any is an error.
-/// Pass 2's options from the command line.
-pub fn elab_options(args: &Args) -> sema::ElabOptions {
-    sema::ElabOptions {
-        defines: args.defines.clone(),
-        global_overrides: args.globals.clone(),
-        kernel_probes: match args.kernel_probes {
-            KernelProbes::Auto => sema::KernelProbes::Auto,
-            KernelProbes::Fentry => sema::KernelProbes::Fentry,
-            KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
-        },
-    }
-}
-
-fn report(map: &SourceMap, diags: &[Diagnostic]) -> Result<(), Failed> {
-    if diags.is_empty() {
-        return Ok(());
-    }
-    diag::emit_stderr(map, diags);
-    if diags.iter().any(Diagnostic::is_error) {
-        Err(Failed)
-    } else {
-        Ok(())
-    }
 }

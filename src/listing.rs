@@ -3,7 +3,7 @@
 //! scripts can never disagree.
 
 use crate::cli::Args;
-use crate::driver::{Failed, Frontend};
+use crate::frontend::{Failed, Frontend};
 use stap_lang::kernel::KernelFacts;
 use stap_lang::sema::hir::Probe;
 use stap_lang::source::SourceMap;

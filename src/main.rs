@@ -2,6 +2,7 @@
 
 mod cli;
 mod driver;
+mod frontend;
 mod listing;
 mod repl;
 mod run;
@@ -14,6 +15,6 @@ fn main() -> ExitCode {
     let args = cli::Args::parse();
     match driver::run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(driver::Failed) => ExitCode::FAILURE,
+        Err(frontend::Failed) => ExitCode::FAILURE,
     }
 }

@@ -19,10 +19,11 @@ mod console;
 mod input;
 
 use crate::cli::Args;
-use crate::driver::{Failed, Frontend, elab_options, fail};
+use crate::frontend::{self, Failed, Frontend, elab_options, fail};
 use stap_lang::diag;
 use stap_lang::ir::{self, Storage};
 use stap_lang::kernel::KernelFacts;
+use stap_lang::pipeline::{self, Compiled};
 use stap_lang::sema::hir::{GlobalId, ProbeKind};
 use stap_lang::source::{FileId, SourceMap};
 use stap_lang::{ast, bpf, sema};
@@ -548,12 +549,11 @@ fn build(
     }
     let library = front.parse_tapsets(args, &mut map)?;
     let program = elaborate(kernel, &map, kept, &user, &library, args)?;
-    let module = ir::lower::lower(&program).map_err(|diags| emit(&map, &diags))?;
-    let options = bpf::Options {
-        kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
-        ..bpf::Options::from_limits(&module.limits)
+    let Some(Compiled { module, object }) =
+        frontend::compile(args, &map, &program, kernel, &mut |_| pipeline::Next::Emit)?
+    else {
+        return Err(fail("internal error: compilation stopped after the IR"));
     };
-    let object = bpf::compile(&module, &options).map_err(|diags| emit(&map, &diags))?;
     let host = HostProgram::compile(&module).map_err(fail)?;
     Ok(Built {
         map,
@@ -591,11 +591,6 @@ fn elaborate(
         return Err(Failed);
     }
     program.ok_or_else(|| fail("elaboration failed"))
-}
-
-fn emit(map: &SourceMap, diags: &[diag::Diagnostic]) -> Failed {
-    diag::emit_stderr(map, diags);
-    Failed
 }
 
 /// Builds the kept script with `change` and runs it; on an error, says so

@@ -4,8 +4,8 @@
 //! with `-v`.
 
 use crate::cli::{Args, DumpStage};
-use crate::driver::{Failed, fail};
-use stap_lang::diag::{self, Diagnostic};
+use crate::frontend::{self, Failed, emit, fail};
+use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::source::SourceMap;
 use stap_lang::{bpf, ir, sema};
 use stap_runtime::host::{HostRuntime, RuntimeError};
@@ -20,45 +20,28 @@ pub fn run(
     kernel: &dyn stap_lang::kernel::KernelFacts,
 ) -> Result<(), Failed> {
     let lowering = Instant::now();
-    let module = ir::lower::lower(program).map_err(|diags| emit(map, &diags))?;
-    if let Err(problems) = ir::verify::verify(&module) {
-        return Err(fail(format!(
-            "internal error: the IR is malformed:\n  {}",
-            problems.join("\n  ")
-        )));
-    }
-    if args.verbose > 0 {
-        eprintln!(
-            "Pass 3: translated to IR: {} functions, {} probes in {}real ms.",
-            module.functions.len(),
-            module.probes.len(),
-            lowering.elapsed().as_millis()
-        );
-    }
-    if args.pass == Some(3) || args.dump == Some(DumpStage::Ir) {
-        print!("{}", ir::print::print_module(&module, map));
-        return Ok(());
-    }
-
-    let compiling = Instant::now();
-    if args.tracepoint_mechanism == crate::cli::TracepointMechanism::TpBtf
-        && let Some(reason) = kernel.unavailable_reason(stap_lang::kernel::Mechanism::TpBtf)
-    {
-        return Err(fail(format!(
-            "cannot use tp_btf (--tracepoint-mechanism=tp_btf): {reason}"
-        )));
-    }
-    let options = bpf::Options {
-        test_out_of_bounds: args.test_verifier_reject,
-        tracepoint_mechanism: match args.tracepoint_mechanism {
-            crate::cli::TracepointMechanism::RawTp => bpf::TracepointMechanism::RawTp,
-            crate::cli::TracepointMechanism::TpBtf => bpf::TracepointMechanism::TpBtf,
-        },
-        kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
-        ..bpf::Options::from_limits(&module.limits)
+    let mut compiling = Instant::now();
+    let mut lowered = |module: &ir::Module| {
+        if args.verbose > 0 {
+            eprintln!(
+                "Pass 3: translated to IR: {} functions, {} probes in {}real ms.",
+                module.functions.len(),
+                module.probes.len(),
+                lowering.elapsed().as_millis()
+            );
+        }
+        if args.pass == Some(3) || args.dump == Some(DumpStage::Ir) {
+            print!("{}", ir::print::print_module(module, map));
+            return Next::Stop;
+        }
+        compiling = Instant::now();
+        Next::Emit
     };
-    let object =
-        bpf::compile_with_source(&module, &options, map).map_err(|diags| emit(map, &diags))?;
+    let Some(Compiled { module, object }) =
+        frontend::compile(args, map, program, kernel, &mut lowered)?
+    else {
+        return Ok(());
+    };
     if args.dump == Some(DumpStage::Bpf) {
         print!("{}", bpf::listing(&object, map));
         return Ok(());
@@ -134,9 +117,4 @@ fn timeout(seconds: Option<f64>) -> Result<Option<Duration>, Failed> {
             .map(Some)
             .map_err(|_| fail(format!("-T {s}: expected a number of seconds ≥ 0"))),
     }
-}
-
-fn emit(map: &SourceMap, diags: &[Diagnostic]) -> Failed {
-    diag::emit_stderr(map, diags);
-    Failed
 }

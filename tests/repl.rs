@@ -316,6 +316,31 @@ fn drops_counted(screen: &str) -> i64 {
     line.trim().parse().unwrap()
 }
 
+/// The REPL compiles through the same pipeline as a script run: its
+/// programs carry line_info and honour the compile options, so a verifier
+/// rejection (forced by `--test-verifier-reject`) names the line of the
+/// input, and the session goes on.
+#[test]
+fn a_verifier_rejection_names_the_input_line() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let tmux = Tmux::start(&format!(
+        "{} -i --test-verifier-reject",
+        env!("CARGO_BIN_EXE_stap-rs")
+    ));
+    tmux.wait_for("stap>", 1);
+    tmux.type_line(r#"probe kernel.trace("kfree_skb") {"#);
+    tmux.type_line("  x = 1");
+    tmux.type_line(r#"  printf("%d\n", x)"#);
+    let screen = tmux.enter("}");
+    assert!(screen.contains("verifier"), "{screen}");
+    assert!(screen.contains("<input>:2:"), "{screen}");
+    let screen = tmux.enter(r#"printf("%d\n", 40+2)"#);
+    assert!(screen.contains("\n42\n"), "{screen}");
+}
+
 fn check_saved_script_runs(script: &Path) {
     let text =
         std::fs::read_to_string(script).unwrap_or_else(|e| panic!("{}: {e}", script.display()));

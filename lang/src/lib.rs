@@ -9,6 +9,8 @@
 //! 5. [`ir`]: lowering to the IR shared by both backends (pass 3).
 //! 6. [`bpf`]: kernel-side handlers to eBPF instructions (pass 4, kernel half).
 //!
+//! [`pipeline::compile`] runs passes 3 and 4 in order for every front end.
+//!
 //! This crate makes no syscalls: kernel facts arrive through [`kernel::KernelFacts`].
 
 pub mod ast;
@@ -19,6 +21,7 @@ pub mod ir;
 pub mod kernel;
 pub mod lexer;
 pub mod parse;
+pub mod pipeline;
 pub mod preprocess;
 pub mod printf;
 pub mod sema;

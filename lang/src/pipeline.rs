@@ -1,0 +1,84 @@
+//! Passes 3 and 4 (kernel half) as one function: lower the elaborated
+//! program to the IR, verify the IR, gather what code generation needs
+//! from the kernel, and emit BPF with line_info from the script text.
+//!
+//! Every front end (a script run, the REPL) compiles through [`compile`],
+//! so a step added here (a check, an option) reaches all of them. The host
+//! half (Cranelift) lives in `stap-runtime`, which runs it on the result.
+
+use crate::diag::Diagnostic;
+use crate::kernel::{KernelFacts, Mechanism};
+use crate::source::SourceMap;
+use crate::{bpf, ir, sema};
+
+/// What the command line decides about compilation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `--tracepoint-mechanism`.
+    pub tracepoint_mechanism: bpf::TracepointMechanism,
+    /// `--test-verifier-reject` (tests only: see
+    /// [`bpf::Options::test_out_of_bounds`]).
+    pub test_out_of_bounds: bool,
+}
+
+/// Whether [`compile`] goes on after lowering (`-p3` and `--dump=ir` stop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    Emit,
+    Stop,
+}
+
+/// Why a program did not compile.
+#[derive(Debug)]
+pub enum Error {
+    /// Errors at script lines.
+    Diagnostics(Vec<Diagnostic>),
+    /// The lowering produced IR that breaks its own rules: a compiler bug.
+    MalformedIr(Vec<String>),
+    /// The options ask for a mechanism this kernel lacks.
+    Unavailable {
+        mechanism: &'static str,
+        option: &'static str,
+        reason: String,
+    },
+}
+
+/// The kernel half of a compiled program, with the IR both halves share.
+pub struct Compiled {
+    pub module: ir::Module,
+    pub object: bpf::Object,
+}
+
+/// Lowers, verifies and emits `program`. `lowered` sees the IR before
+/// emission (for `-v` timings and the IR listing) and may stop there, in
+/// which case the result is `Ok(None)`.
+pub fn compile(
+    program: &sema::Program,
+    source: &SourceMap,
+    kernel: &dyn KernelFacts,
+    options: &Options,
+    lowered: &mut dyn FnMut(&ir::Module) -> Next,
+) -> Result<Option<Compiled>, Error> {
+    let module = ir::lower::lower(program).map_err(Error::Diagnostics)?;
+    ir::verify::verify(&module).map_err(Error::MalformedIr)?;
+    if lowered(&module) == Next::Stop {
+        return Ok(None);
+    }
+    if options.tracepoint_mechanism == bpf::TracepointMechanism::TpBtf
+        && let Some(reason) = kernel.unavailable_reason(Mechanism::TpBtf)
+    {
+        return Err(Error::Unavailable {
+            mechanism: "tp_btf",
+            option: "--tracepoint-mechanism=tp_btf",
+            reason,
+        });
+    }
+    let emit = bpf::Options {
+        test_out_of_bounds: options.test_out_of_bounds,
+        tracepoint_mechanism: options.tracepoint_mechanism,
+        kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
+        ..bpf::Options::from_limits(&module.limits)
+    };
+    let object = bpf::compile_with_source(&module, &emit, source).map_err(Error::Diagnostics)?;
+    Ok(Some(Compiled { module, object }))
+}
