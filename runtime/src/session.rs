@@ -50,7 +50,7 @@ use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};
 use crate::host::globals::Value;
-use crate::host::{HostRuntime, Output, RuntimeError, hist};
+use crate::host::{HostRuntime, Output, RuntimeError, builtins, hist};
 use crate::load::{self, LoadError, Loaded};
 use crate::ringbuf::RingBuf;
 use crate::sys;
@@ -478,7 +478,8 @@ impl Session<'_> {
         }
         if self.error_ending {
             self.run_probes(|_, kind| matches!(kind, ProbeKind::Error { .. }));
-        } else if run_end {
+        } else if run_end && !self.runtime.aborted {
+            // abort() ends the session without end probes.
             self.run_probes(|_, kind| matches!(kind, ProbeKind::End { .. }));
         }
         let _ = self.runtime.output.flush();
@@ -523,8 +524,16 @@ impl Session<'_> {
 
     fn run_host_probe(&mut self, probe: usize) {
         if let Err(error) = (self.compiled.host)(probe, &mut self.runtime) {
-            let span = self.compiled.module.probes[probe].span;
-            self.report_error(&error.to_string(), Some((self.compiled.sources, span)));
+            // Where the failing operation is, else the probe.
+            let sources = self.compiled.sources;
+            let span = match self.runtime.error_span.take() {
+                Some(span) if error == RuntimeError::DivisionByZero => {
+                    division_operator(sources, span)
+                }
+                Some(span) => span,
+                None => self.compiled.module.probes[probe].span,
+            };
+            self.report_error(&error.to_string(), Some((sources, span)));
         }
         if !self.hold_output {
             self.flush_output();
@@ -692,6 +701,21 @@ impl Session<'_> {
                 self.stop_kernel();
                 self.ending = true;
             }
+            RecordBody::Abort => {
+                self.stop_kernel();
+                self.runtime.aborted = true;
+                self.ending = true;
+            }
+            RecordBody::Error {
+                kind: records::ErrorKind::Warning(text),
+                ..
+            } => {
+                let _ = self.runtime.output.flush();
+                builtins::warn(text);
+            }
+            // Handlers that failed before the run flag went down: the
+            // session already ends on an error, as stap's stops at its first.
+            RecordBody::Error { .. } if self.error_ending => {}
             RecordBody::Error { kind, span } => {
                 let span = match kind {
                     // stap points at the operator, not the whole expression.
@@ -723,6 +747,7 @@ impl Session<'_> {
                 Arg::Long(v) => Value::Long(*v),
                 Arg::Str(bytes) => Value::Str((*bytes).into()),
                 Arg::Symbol { addr, .. } => Value::Long(*addr as i64),
+                Arg::Stack { .. } => Value::Long(0),
             })
             .collect();
         let agg = match self.runtime.globals.stat(GlobalId(id as u32), &key) {
@@ -767,7 +792,25 @@ impl Session<'_> {
                         let enum_type = module.string(name);
                         self.runtime.enums.name(enum_type, addr as i64)
                     }
+                    // Only `Arg::Stack` carries stacks.
+                    SymbolText::Stack { .. } => String::new(),
                 }),
+                Arg::Stack {
+                    user,
+                    full,
+                    tgid,
+                    frames,
+                } => {
+                    let frames: Vec<u64> = frames
+                        .chunks_exact(8)
+                        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+                        .collect();
+                    Some(if user {
+                        self.runtime.usymbols.frames(tgid, &frames, full)
+                    } else {
+                        self.runtime.symbols.kernel_stack(&frames, full)
+                    })
+                }
                 _ => None,
             })
             .collect();

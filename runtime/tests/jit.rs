@@ -139,6 +139,7 @@ impl Mb {
         let function = self.function(fb);
         self.m().probes.push(ProbeHandler {
             point: "begin".into(),
+            written: "begin".into(),
             kind: ProbeKind::Begin { order: 0 },
             placement: Placement::Host,
             function,

@@ -331,7 +331,10 @@ fn format_table(
                     }
                 }
                 Op::Builtin { name, .. }
-                    if name == "symname" || name == "symdata" || name == "modname" =>
+                    if matches!(
+                        name.as_str(),
+                        "symname" | "symdata" | "modname" | "probefunc" | "caller_addr"
+                    ) =>
                 {
                     needed = true
                 }

@@ -90,6 +90,7 @@ pub mod helper {
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_COMM: i32 = 16;
     pub const GET_CURRENT_TASK: i32 = 35;
+    pub const GET_STACK: i32 = 67;
     pub const JIFFIES64: i32 = 118;
     pub const PROBE_READ_USER: i32 = 112;
     pub const PROBE_READ_KERNEL: i32 = 113;
@@ -111,6 +112,7 @@ pub mod helper {
             GET_CURRENT_UID_GID => "get_current_uid_gid",
             GET_CURRENT_COMM => "get_current_comm",
             GET_CURRENT_TASK => "get_current_task",
+            GET_STACK => "get_stack",
             JIFFIES64 => "jiffies64",
             PROBE_READ_USER => "probe_read_user",
             PROBE_READ_KERNEL => "probe_read_kernel",

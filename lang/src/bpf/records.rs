@@ -16,16 +16,18 @@
 //!     [`TAG_MEMORY`], `u32 len`, then the `len` bytes read there when the
 //!     event fired, padded to a multiple of 8 (the host cannot read kernel
 //!     memory later); `len` is at most MAXSTRINGLEN.
-//! - [`KIND_EXIT`]: no payload (`exit()` was called).
+//! - [`KIND_EXIT`]: no payload (`exit()` was called); [`KIND_ABORT`] the
+//!   same for `abort()`.
 //! - [`KIND_ERROR`] (`id` = an `ERROR_*` kind): the script span of the
 //!   failing statement as `u32 file, u32 start, u32 end, u32 0`, then:
 //!   - [`ERROR_KERNEL_READ`], [`ERROR_USER_READ`], [`ERROR_KERNEL_STRING`],
 //!     [`ERROR_USER_STRING`]: the faulting address (`u64`);
-//!   - [`ERROR_EXPLICIT`] (`error(msg)`): the message as a text argument;
+//!   - [`ERROR_EXPLICIT`] (`error(msg)`), [`ERROR_WARNING`] (`warn(msg)`,
+//!     not counted as an error): the message as a text argument;
 //!   - [`ERROR_DIVISION_BY_ZERO`], [`ERROR_MAXACTION`],
 //!     [`ERROR_EMPTY_AGGREGATE`] (`@avg`/`@min`/`@max` of no samples),
 //!     [`ERROR_TOO_MANY_CPUS`] (a statistic on more CPUs than the code was
-//!     compiled for, `bpf::Options::cpus`): nothing.
+//!     compiled for, `bpf::Options::cpus`), [`ERROR_ARRAY_OVERFLOW`]: nothing.
 //! - [`KIND_HIST`] (`id` = the `GlobalId` of a statistic): `print` of its
 //!   histogram in a kernel probe. `u32` [`HIST_LOG`] or [`HIST_LINEAR`],
 //!   `u32 0`, then the element's key as the map stores it (`layout.rs`,
@@ -44,6 +46,8 @@ pub const KIND_PRINTF: u32 = 1;
 pub const KIND_EXIT: u32 = 2;
 pub const KIND_ERROR: u32 = 3;
 pub const KIND_HIST: u32 = 4;
+/// `abort()`: no payload; the session ends at once, without end probes.
+pub const KIND_ABORT: u32 = 5;
 
 /// The histogram a [`KIND_HIST`] record prints.
 pub const HIST_LOG: u32 = 0;
@@ -57,6 +61,16 @@ pub const TAG_MODNAME: u32 = 3;
 pub const TAG_MEMORY: u32 = 4;
 /// `enum_name`: this plus the enum type name's [`StrId`], then the value.
 pub const TAG_ENUM_BASE: u32 = 0x100;
+/// A captured stack: this plus 1 for a user stack plus 2 for the full
+/// (`print_stack`) layout; `len` = [`STACK_BYTES`]: `u64` the bytes of
+/// frames captured, `u64` the thread group id (user stacks), then
+/// [`MAX_FRAMES`] `u64` return addresses.
+pub const TAG_STACK_BASE: u32 = 0x10;
+
+/// Frames a stack capture keeps: stap's default MAXBACKTRACE.
+pub const MAX_FRAMES: u32 = 20;
+/// The bytes of a stack argument after its tag and length.
+pub const STACK_BYTES: u32 = 16 + 8 * MAX_FRAMES;
 
 pub const ERROR_DIVISION_BY_ZERO: u32 = 1;
 pub const ERROR_EXPLICIT: u32 = 2;
@@ -67,6 +81,11 @@ pub const ERROR_KERNEL_STRING: u32 = 6;
 pub const ERROR_USER_STRING: u32 = 7;
 pub const ERROR_EMPTY_AGGREGATE: u32 = 8;
 pub const ERROR_TOO_MANY_CPUS: u32 = 9;
+/// An insert into a full array or statistic (past MAXMAPENTRIES or its
+/// declared size).
+pub const ERROR_ARRAY_OVERFLOW: u32 = 10;
+/// `warn(msg)`: not an error; the message as a text argument.
+pub const ERROR_WARNING: u32 = 11;
 
 /// The payload bytes of an error's span.
 pub const ERROR_SPAN_BYTES: u32 = 16;
@@ -77,6 +96,7 @@ pub fn symbol_tag(how: SymbolText) -> u32 {
         SymbolText::Data => TAG_SYMDATA,
         SymbolText::Module => TAG_MODNAME,
         SymbolText::Enum(name) => TAG_ENUM_BASE + name.0,
+        SymbolText::Stack { user, full } => TAG_STACK_BASE + user as u32 + 2 * full as u32,
     }
 }
 
@@ -94,6 +114,7 @@ pub enum RecordBody<'a> {
         args: Vec<Arg<'a>>,
     },
     Exit,
+    Abort,
     Error {
         kind: ErrorKind<'a>,
         span: Span,
@@ -115,6 +136,14 @@ pub enum Arg<'a> {
         addr: u64,
         how: SymbolText,
     },
+    /// A stack to symbolize on the host: `frames` holds `u64` addresses,
+    /// innermost first; `tgid` is the process of a user stack.
+    Stack {
+        user: bool,
+        full: bool,
+        tgid: u32,
+        frames: &'a [u8],
+    },
 }
 
 impl<'a> Arg<'a> {
@@ -123,7 +152,7 @@ impl<'a> Arg<'a> {
         match *self {
             Arg::Long(v) => Some(printf::Value::Long(v)),
             Arg::Str(bytes) => Some(printf::Value::Str(bytes)),
-            Arg::Symbol { .. } => None,
+            Arg::Symbol { .. } | Arg::Stack { .. } => None,
         }
     }
 }
@@ -135,6 +164,9 @@ pub enum ErrorKind<'a> {
     EmptyAggregate,
     TooManyCpus,
     Explicit(&'a [u8]),
+    /// `warn(msg)`: printed as a warning, not counted as an error.
+    Warning(&'a [u8]),
+    ArrayOverflow,
     KernelRead(u64),
     UserRead(u64),
     KernelString(u64),
@@ -154,7 +186,10 @@ impl ErrorKind<'_> {
                 "a statistic is spread over more CPUs than the kernel code was compiled for"
                     .to_string()
             }
-            ErrorKind::Explicit(text) => String::from_utf8_lossy(text).into_owned(),
+            ErrorKind::Explicit(text) | ErrorKind::Warning(text) => {
+                String::from_utf8_lossy(text).into_owned()
+            }
+            ErrorKind::ArrayOverflow => "Array overflow, check MAXMAPENTRIES".to_string(),
             ErrorKind::KernelRead(addr) => format!("kernel read fault at 0x{addr:x}"),
             ErrorKind::UserRead(addr) => format!("user read fault at 0x{addr:x}"),
             ErrorKind::KernelString(addr) => format!("kernel string copy fault at 0x{addr:x}"),
@@ -307,6 +342,26 @@ pub fn decode<'a>(
                                     how,
                                 }
                             }
+                            stack_tag
+                                if (TAG_STACK_BASE..TAG_STACK_BASE + 4).contains(&stack_tag) =>
+                            {
+                                if len != STACK_BYTES {
+                                    return Err(DecodeError::BadLength(len));
+                                }
+                                let body = reader.padded(len)?;
+                                let word = |at: usize| {
+                                    let mut w = [0u8; 8];
+                                    w.copy_from_slice(&body[at..at + 8]);
+                                    u64::from_le_bytes(w)
+                                };
+                                let used = (word(0) as usize).min(8 * MAX_FRAMES as usize);
+                                Arg::Stack {
+                                    user: (stack_tag - TAG_STACK_BASE) & 1 != 0,
+                                    full: (stack_tag - TAG_STACK_BASE) & 2 != 0,
+                                    tgid: word(8) as u32,
+                                    frames: &body[16..16 + used - used % 8],
+                                }
+                            }
                             enum_tag if enum_tag >= TAG_ENUM_BASE => Arg::Symbol {
                                 addr: reader.u64()?,
                                 how: SymbolText::Enum(StrId(enum_tag - TAG_ENUM_BASE)),
@@ -322,6 +377,7 @@ pub fn decode<'a>(
             }
         }
         KIND_EXIT => RecordBody::Exit,
+        KIND_ABORT => RecordBody::Abort,
         KIND_ERROR => {
             let file = reader.u32()?;
             let start = reader.u32()?;
@@ -337,11 +393,17 @@ pub fn decode<'a>(
                 ERROR_MAXACTION => ErrorKind::MaxAction,
                 ERROR_EMPTY_AGGREGATE => ErrorKind::EmptyAggregate,
                 ERROR_TOO_MANY_CPUS => ErrorKind::TooManyCpus,
-                ERROR_EXPLICIT => {
+                ERROR_EXPLICIT | ERROR_WARNING => {
                     let _tag = reader.u32()?;
                     let len = reader.u32()?;
-                    ErrorKind::Explicit(reader.text(len, max_string_len)?)
+                    let text = reader.text(len, max_string_len)?;
+                    if id == ERROR_WARNING {
+                        ErrorKind::Warning(text)
+                    } else {
+                        ErrorKind::Explicit(text)
+                    }
                 }
+                ERROR_ARRAY_OVERFLOW => ErrorKind::ArrayOverflow,
                 ERROR_KERNEL_READ => ErrorKind::KernelRead(reader.u64()?),
                 ERROR_USER_READ => ErrorKind::UserRead(reader.u64()?),
                 ERROR_KERNEL_STRING => ErrorKind::KernelString(reader.u64()?),

@@ -153,6 +153,7 @@ impl Builder {
             functions: vec![function],
             probes: vec![ProbeHandler {
                 point: point.to_string(),
+                written: point.to_string(),
                 kind,
                 placement: Placement::Kernel,
                 function: FuncId(0),

@@ -50,6 +50,7 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
         .enumerate()
         .map(|(index, probe)| ProbeHandler {
             point: probe.resolved.clone(),
+            written: probe.written.clone(),
             kind: probe.kind.clone(),
             placement: probe.placement,
             function: FuncId(index as u32),
@@ -71,6 +72,7 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
         let point = probe.resolved.strip_suffix(".return");
         probes.push(ProbeHandler {
             point: point.unwrap_or(&probe.resolved).to_string(),
+            written: probe.written.clone(),
             kind,
             placement: probe.placement,
             function,

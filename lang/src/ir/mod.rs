@@ -14,6 +14,7 @@
 //! range; string ops take string registers and arithmetic takes longs;
 //! kernel-side functions call only kernel-side functions.
 
+pub mod identity;
 pub mod lower;
 pub mod print;
 pub mod verify;
@@ -137,6 +138,8 @@ pub struct LinearHist {
 pub struct ProbeHandler {
     /// The resolved point, e.g. `kernel.trace("skb:kfree_skb")`.
     pub point: String,
+    /// The point as the script wrote it (`pn()`), e.g. `kernel.trace("*skb")`.
+    pub written: String,
     pub kind: ProbeKind,
     pub placement: Placement,
     pub function: FuncId,
@@ -323,6 +326,12 @@ pub enum SymbolText {
     /// `enum_name("E", value)`: the enumerator of kernel enum `E` (the
     /// string constant) with this value, from the kernel's BTF.
     Enum(StrId),
+    /// The stack where the probe fired (`print_backtrace()`,
+    /// `sprint_backtrace()`, `print_ubacktrace()`, ...): the kernel code
+    /// captures the frames into the record (`addr` is unused), the host
+    /// symbolizes them. `full` is `print_stack`'s layout (` 0xADDR :
+    /// sym+off/size [mod]` lines), else `sprint_stack`'s (`sym+off [mod]`).
+    Stack { user: bool, full: bool },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -479,6 +479,11 @@ impl Printer<'_> {
                             SymbolText::Enum(e) => {
                                 format!("enum_name({}, {})", self.string(*e), reg(*addr))
                             }
+                            SymbolText::Stack { user, full } => format!(
+                                "{}stack({})",
+                                if *user { "u" } else { "k" },
+                                if *full { "full" } else { "short" }
+                            ),
                         },
                     })
                     .collect();

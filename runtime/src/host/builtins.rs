@@ -57,6 +57,17 @@ pub const TABLE: &[&str] = &[
     "assert",
     "abort",
     "pp",
+    "pn",
+    "ppfunc",
+    "probefunc",
+    "probemod",
+    "caller_addr",
+    "user_mode",
+    "pid2execname",
+    "sprint_ubacktrace",
+    "ubacktrace",
+    "print_syms",
+    "print_usyms",
     "print_backtrace",
     "sprint_backtrace",
     "backtrace",
@@ -232,6 +243,38 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "cmdline_str" => s(std::env::args().collect::<Vec<_>>().join(" ").into_bytes()),
         "target" => l(rt.target),
         "pp" => s(probe_point(rt).into_bytes()),
+        "pn" => s(rt
+            .probe_names
+            .get(rt.probe)
+            .map_or_else(Vec::new, |p| p.to_vec())),
+        "ppfunc" => s(stap_lang::ir::identity::ppfunc(&probe_point(rt)).into_bytes()),
+        // Host probes run at no probed address, in no module, with no
+        // caller, in no user context (stap's begin and end probes alike).
+        "probefunc" | "probemod" => s(Vec::new()),
+        "caller_addr" | "user_mode" => l(0),
+        "pid2execname" => s(std::fs::read(format!("/proc/{}/comm", long(args, 0)))
+            .map(|mut c| {
+                c.retain(|b| *b != b'\n');
+                c
+            })
+            .unwrap_or_default()),
+        "sprint_ubacktrace" => s(format!("<no user backtrace at {}>", probe_point(rt)).into_bytes()),
+        "ubacktrace" => s(Vec::new()),
+        "print_syms" => {
+            let mut out = String::new();
+            for addr in stack_addresses(bytes(args, 0)) {
+                out.push_str(&rt.symbols.frame(addr, true));
+            }
+            rtlib::write_output(rt, out.as_bytes());
+            l(0)
+        }
+        // The current process of a host probe is stap-rs itself.
+        "print_usyms" => {
+            let addrs = stack_addresses(bytes(args, 0));
+            let text = rt.usymbols.frames(std::process::id(), &addrs, true);
+            rtlib::write_output(rt, text.as_bytes());
+            l(0)
+        }
         // A host probe, like stap's begin, end and timer probes, has no
         // registers to unwind from: stap then says so (in its build without
         // the inexact stack-guessing fallback), and `backtrace()` is empty.
@@ -279,6 +322,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         }
         "abort" => {
             rt.exit_requested = true;
+            rt.aborted = true;
+            // Leave the handler at once (JIT code returns on `failed`),
+            // with no error to report.
+            rt.failed = 1;
             l(0)
         }
         "error" => Err(RuntimeError::Explicit(
@@ -288,7 +335,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             if long(args, 0) == 0 {
                 let msg = match args.get(1) {
                     Some(Value::Str(m)) => String::from_utf8_lossy(m).into_owned(),
-                    _ => "assertion failed".into(),
+                    _ => "Assertion failed".into(),
                 };
                 Err(RuntimeError::Explicit(msg))
             } else {
@@ -296,7 +343,9 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             }
         }
         "warn" => {
-            eprintln!("WARNING: {}", String::from_utf8_lossy(bytes(args, 0)));
+            // The script's output so far comes first, as in stap.
+            let _ = rt.output.flush();
+            warn(bytes(args, 0));
             l(0)
         }
         "log" | "println" | "print" | "printd" | "printdln" => {
@@ -318,6 +367,13 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "matched" => s(rt.regexes.group(long(args, 0))?),
         other => Err(RuntimeError::Unsupported(format!("{other}() on the host"))),
     }
+}
+
+/// `warn(msg)`: `WARNING: msg` on stderr, one newline whether or not the
+/// message ends in one (as stap's `_stp_warn`).
+pub fn warn(message: &[u8]) {
+    let message = message.strip_suffix(b"\n").unwrap_or(message);
+    eprintln!("WARNING: {}", String::from_utf8_lossy(message));
 }
 
 /// The running probe's point, as `pp()` gives it.

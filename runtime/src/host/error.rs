@@ -43,13 +43,8 @@ impl fmt::Display for RuntimeError {
             RuntimeError::MaxAction => f.write_str("MAXACTION exceeded"),
             RuntimeError::MaxNesting => f.write_str("MAXNESTING exceeded"),
             RuntimeError::EmptyAggregate => f.write_str("empty aggregate"),
-            RuntimeError::ArrayFull {
-                global,
-                max_entries,
-            } => write!(
-                f,
-                "Array overflow, check MAXMAPENTRIES (array `{global}` holds {max_entries} elements)"
-            ),
+            // stap's wording; the session adds where.
+            RuntimeError::ArrayFull { .. } => f.write_str("Array overflow, check MAXMAPENTRIES"),
             RuntimeError::Explicit(msg) => f.write_str(msg),
             RuntimeError::Unsupported(what) => write!(f, "unsupported: {what}"),
             RuntimeError::Map { global, message } => {

@@ -14,6 +14,7 @@ pub mod regexp;
 pub mod rtlib;
 pub mod stats;
 pub mod symbols;
+pub mod usymbols;
 
 use std::rc::Rc;
 
@@ -39,6 +40,10 @@ pub struct HostRuntime {
     pub globals: Globals,
     pub output: Output,
     pub symbols: Symbols,
+    /// User-space symbols for stacks that kernel probes captured.
+    pub usymbols: usymbols::UserSymbols,
+    /// `abort()` was called: the session ends without end probes.
+    pub aborted: bool,
     pub enums: enums::EnumNames,
     /// Set by `exit()`: the session runs the end probes, then stops.
     pub exit_requested: bool,
@@ -48,6 +53,9 @@ pub struct HostRuntime {
     /// calls (its offset is taken with `offset_of!`).
     pub(crate) failed: u8,
     pub(crate) error: Option<RuntimeError>,
+    /// Where the innermost failing operation of this hit is in the script
+    /// (set by JIT code on its failure path), for stap's `near ...`.
+    pub error_span: Option<stap_lang::source::Span>,
     /// Statements counted by `Tick` in this probe hit.
     pub(crate) actions: u64,
     pub(crate) max_action: u64,
@@ -67,6 +75,8 @@ pub struct HostRuntime {
     pub(crate) limits_max_action: u64,
     /// Each probe's point as `pp()` gives it, by probe index.
     pub(crate) probe_points: Rc<[Box<[u8]>]>,
+    /// Each probe's point as written, for `pn()`.
+    pub(crate) probe_names: Rc<[Box<[u8]>]>,
     /// The probe whose hit is running.
     pub(crate) probe: usize,
     /// Where `%m`/`%M` read kernel memory.
@@ -91,11 +101,14 @@ impl HostRuntime {
             globals: Globals::new(module),
             output,
             symbols: Symbols::new(),
+            usymbols: usymbols::UserSymbols::default(),
+            aborted: false,
             enums: enums::EnumNames::new(),
             exit_requested: false,
             target: 0,
             failed: 0,
             error: None,
+            error_span: None,
             actions: 0,
             max_action: module.limits.max_action,
             depth: 0,
@@ -112,6 +125,11 @@ impl HostRuntime {
                 .probes
                 .iter()
                 .map(|p| p.point.as_bytes().into())
+                .collect(),
+            probe_names: module
+                .probes
+                .iter()
+                .map(|p| p.written.as_bytes().into())
                 .collect(),
             probe: 0,
             kmem: kmem::KernelMemory::default(),
@@ -132,6 +150,7 @@ impl HostRuntime {
         self.probe = probe;
         self.failed = 0;
         self.error = None;
+        self.error_span = None;
         self.actions = 0;
         self.depth = 0;
         self.max_action = self.limits_max_action.saturating_mul(action_scale);

@@ -61,6 +61,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("stap_leave", stap_leave as *const u8),
         ("stap_fail_div0", stap_fail_div0 as *const u8),
         ("stap_fail_msg", stap_fail_msg as *const u8),
+        ("stap_fail_at", stap_fail_at as *const u8),
     ]
 }
 
@@ -723,6 +724,7 @@ pub unsafe extern "C" fn stap_symbol(rt: *mut HostRuntime, addr: i64, how: i64) 
         0 => rt.symbols.name(addr as u64),
         1 => rt.symbols.data(addr as u64),
         2 => rt.symbols.module(addr as u64),
+        n if n < 0 => String::new(),
         n => {
             let enum_type = usize::try_from(n - 3)
                 .ok()
@@ -830,6 +832,23 @@ pub unsafe extern "C" fn stap_fail_msg(rt: *mut HostRuntime, msg: StrHandle) {
     let rt = unsafe { runtime(rt) };
     let text = String::from_utf8_lossy(rt.str(msg)).into_owned();
     rt.fail(RuntimeError::Explicit(text));
+}
+
+/// Records where the hit failed: the span of the operation whose failure
+/// JIT code is returning from (the innermost one; callers keep it).
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_fail_at(rt: *mut HostRuntime, file: i64, start: i64, end: i64) {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    if rt.error_span.is_none() {
+        rt.error_span = Some(stap_lang::source::Span {
+            file: stap_lang::source::FileId(file as u32),
+            start: start as u32,
+            end: end as u32,
+        });
+    }
 }
 
 /// `HistKind` → the `linear` flag of [`stap_print_hist`].

@@ -90,6 +90,32 @@ impl Symbols {
         }
     }
 
+    /// A kernel stack captured in a probe (innermost first), from the
+    /// probed code outwards: the frames of the tracing machinery that ran
+    /// the BPF program (the program itself, its trampoline, the tracepoint
+    /// glue) come first in a capture and are dropped. `full` gives
+    /// `print_stack`'s lines, else `sprint_stack`'s without the last
+    /// newline.
+    pub fn kernel_stack(&mut self, frames: &[u64], full: bool) -> String {
+        // BPF code loaded after kallsyms was read resolves to nothing; with
+        // no symbols at all every frame is kept.
+        let first = frames
+            .iter()
+            .position(|&addr| {
+                let name = self.lookup(addr).map(|(sym, _, _)| sym.name.as_str());
+                name.is_some_and(|name| !is_machinery(name))
+            })
+            .unwrap_or(0);
+        let mut out = String::new();
+        for &addr in &frames[first..] {
+            out.push_str(&self.frame(addr, full));
+        }
+        if !full {
+            out.pop();
+        }
+        out
+    }
+
     /// `kernel` or the module's name; stap prints `<unknown>` otherwise.
     pub fn module(&mut self, addr: u64) -> String {
         match self.lookup(addr) {
@@ -118,6 +144,21 @@ impl Symbols {
         }
         Some((sym, addr - sym.addr, size))
     }
+}
+
+/// Whether a kernel symbol belongs to the code that runs a BPF program
+/// for an event rather than to the code that raised it: BPF programs and
+/// trampolines, and the tracepoint and perf glue in front of them.
+pub fn is_machinery(name: &str) -> bool {
+    const PREFIXES: [&str; 6] = [
+        "bpf_",
+        "__bpf_",
+        "__traceiter_",
+        "perf_trace_",
+        "trace_call_bpf",
+        "kprobe_ftrace_handler",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// Text symbols (`t`/`T`) of a kallsyms listing, sorted by address. Zero

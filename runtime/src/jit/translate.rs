@@ -18,6 +18,7 @@ use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use cranelift_jit::JITModule;
 use cranelift_module::{FuncId as ClifFuncId, Linkage, Module as _};
 use stap_lang::ir::{self, BinOp, CmpOp, Failure, Op, PrintArg, Reg, SymbolText, Term, UnOp};
+use stap_lang::source::Span;
 
 use super::JitError;
 use crate::host::{HostRuntime, builtins, rtlib};
@@ -52,6 +53,7 @@ const IMPORTS: &[(&str, usize, bool)] = &[
     ("stap_leave", 0, false),
     ("stap_fail_div0", 0, false),
     ("stap_fail_msg", 1, false),
+    ("stap_fail_at", 3, false),
 ];
 
 /// `(rt, params...) -> ret`.
@@ -134,6 +136,7 @@ impl<'a> Translator<'a> {
             callees: vec![None; self.ids.len()],
             rt: Variable::from_u32(0),
             bail: None,
+            span: Span::default(),
         };
         fx.translate(&mut b)?;
         b.seal_all_blocks();
@@ -158,6 +161,8 @@ struct FnTranslator<'m> {
     rt: Variable,
     /// Returns 0 at once: where failed calls go.
     bail: Option<Block>,
+    /// The span of the operation being translated.
+    span: Span,
 }
 
 impl FnTranslator<'_> {
@@ -204,8 +209,10 @@ impl FnTranslator<'_> {
         for (i, block) in self.f.blocks.iter().enumerate() {
             b.switch_to_block(self.blocks[i]);
             for inst in &block.insts {
+                self.span = inst.span;
                 self.op(b, &inst.op)?;
             }
+            self.span = block.term_span;
             self.term(b, &block.term)?;
         }
 
@@ -252,8 +259,9 @@ impl FnTranslator<'_> {
         b.inst_results(inst).first().copied()
     }
 
-    /// Leaves the function when the last call failed.
-    fn check(&self, b: &mut FunctionBuilder) {
+    /// Leaves the function when the last call failed, recording the
+    /// failing operation's span on the way out (off the hot path).
+    fn check(&mut self, b: &mut FunctionBuilder) {
         let rt = b.use_var(self.rt);
         let failed = b.ins().load(
             types::I8,
@@ -262,9 +270,24 @@ impl FnTranslator<'_> {
             offset_of!(HostRuntime, failed) as i32,
         );
         let cont = b.create_block();
-        let bail = self.bail.unwrap_or(cont);
-        b.ins().brif(failed, bail, &[], cont, &[]);
+        let failing = b.create_block();
+        b.ins().brif(failed, failing, &[], cont, &[]);
+        b.switch_to_block(failing);
+        self.record_span(b);
+        match self.bail {
+            Some(bail) => {
+                b.ins().jump(bail, &[]);
+            }
+            None => self.return_default(b),
+        }
         b.switch_to_block(cont);
+    }
+
+    /// `stap_fail_at` with the current operation's span.
+    fn record_span(&mut self, b: &mut FunctionBuilder) {
+        let span = self.span;
+        let words = [span.file.0, span.start, span.end].map(|w| b.ins().iconst(I64, i64::from(w)));
+        self.call(b, "stap_fail_at", &words);
     }
 
     /// Spills `values` to a fresh stack slot; returns its address.
@@ -621,6 +644,7 @@ impl FnTranslator<'_> {
                         self.call(b, "stap_fail_msg", &[m]);
                     }
                 }
+                self.record_span(b);
                 self.return_default(b);
             }
         }
@@ -677,5 +701,7 @@ fn symbol_code(how: SymbolText) -> i64 {
         SymbolText::Data => 1,
         SymbolText::Module => 2,
         SymbolText::Enum(name) => 3 + i64::from(name.0),
+        // Only kernel code captures stacks; a host probe has none to print.
+        SymbolText::Stack { .. } => -1,
     }
 }

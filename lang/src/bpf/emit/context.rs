@@ -248,6 +248,51 @@ impl Emitter<'_> {
                 self.snprintf(dst, offset, &[addr]);
                 self.module_of_symbol(dst);
             }
+            name if crate::ir::identity::is_identity(name) => {
+                let Some(dst) = dst else { return };
+                let probe = &self.module.probes[self.probe as usize];
+                match crate::ir::identity::constant(name, probe) {
+                    Some(text) => self.const_str(dst, &text),
+                    None => self.probefunc_from_stack(dst),
+                }
+            }
+            "caller_addr" => {
+                if let Some(dst) = dst {
+                    self.caller_addr(dst);
+                }
+            }
+            "warn" => {
+                if let Some(message) = args.first().copied() {
+                    self.message_record(records::ERROR_WARNING, message);
+                }
+            }
+            "abort" => {
+                self.abort_record();
+                // Always taken, as for `error` below.
+                self.push(Insn::mov_imm(R0, 1));
+                self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), self.epilogue);
+            }
+            "user_mode" => {
+                let kind = &self.module.probes[self.probe as usize].kind;
+                match kind {
+                    ProbeKind::Process { .. } => self.push(Insn::mov_imm(R0, 1)),
+                    // A sample's registers: user mode when CS has a
+                    // nonzero privilege level (x86_64 `pt_regs.cs`).
+                    ProbeKind::Perf { .. } | ProbeKind::TimerProfile => {
+                        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                        self.push(Insn::load(DW, R0, R1, PT_REGS_CS));
+                        self.push(Insn::alu64_imm(insn::AND, R0, 3));
+                        self.push(Insn::jump_imm(insn::JEQ, R0, 0, 1));
+                        self.push(Insn::mov_imm(R0, 1));
+                    }
+                    _ => self.push(Insn::mov_imm(R0, 0)),
+                }
+                long_result(self);
+            }
+            "task_current" => {
+                self.call(helper::GET_CURRENT_TASK);
+                long_result(self);
+            }
             "error" => {
                 let Some(message) = args.first().copied() else {
                     return;

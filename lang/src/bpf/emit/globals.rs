@@ -1,5 +1,5 @@
-//! Global arrays and scalars: key tuples, lookups, inserts and the
-//! overflow counter.
+//! Global arrays and scalars: key tuples, lookups, inserts, and stap's
+//! array overflow error when an insert finds the map full.
 
 use super::*;
 
@@ -96,7 +96,17 @@ impl Emitter<'_> {
         }
         self.push(Insn::mov_imm(R4, 0)); // BPF_ANY
         self.call(helper::MAP_UPDATE_ELEM);
-        self.count_if_failed(COUNTER_MAP_OVERFLOW);
+        self.overflow_if_failed();
+    }
+
+    /// After an insert returning 0 or -errno in r0: a failure means the
+    /// map is full, stap's "Array overflow" error, which ends the handler.
+    fn overflow_if_failed(&mut self) {
+        let ok = self.new_label();
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
+        self.error_record(records::ERROR_ARRAY_OVERFLOW, None);
+        self.goto(self.epilogue);
+        self.bind(ok);
     }
 
     /// After a helper returning 0 or -errno in r0: bump a counter on error.
@@ -120,8 +130,9 @@ impl Emitter<'_> {
     }
 
     /// Looks the element up, inserting a zeroed value (`zero_at` sets r3 to
-    /// it) first if missing. Jumps to `missing` when it cannot be created
-    /// (a full map: counted as overflow); else r0 = the value.
+    /// it) first if missing. A full map is stap's array overflow error,
+    /// which ends the handler; `missing` is taken if the element vanished
+    /// again (another CPU deleted it); else r0 = the value.
     pub(super) fn lookup_or_insert(
         &mut self,
         global: GlobalId,
@@ -155,8 +166,7 @@ impl Emitter<'_> {
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), inserted);
         // -EEXIST: another CPU inserted it first; anything else: full.
         self.jump(Insn::jump_imm(insn::JEQ, R0, -17, 0), inserted);
-        self.bump_counter(COUNTER_MAP_OVERFLOW);
-        self.goto(missing);
+        self.overflow_if_failed();
         self.bind(inserted);
         self.key_args(global, keys.is_empty());
         self.call(helper::MAP_LOOKUP_ELEM);

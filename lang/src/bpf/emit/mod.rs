@@ -20,6 +20,7 @@ mod foreach;
 mod format;
 mod globals;
 mod output;
+mod stack;
 mod statistics;
 mod strings;
 
@@ -28,13 +29,13 @@ use hashbrown::HashMap;
 use super::Options;
 use super::insn::{self, B, DW, FP, H, Insn, R0, R1, R2, R3, R4, R5, W, helper};
 use super::layout::{self, StatLayout};
-use super::maps::{self, COUNTER_DEPTH, COUNTER_LOST_EVENTS, COUNTER_MAP_OVERFLOW};
+use super::maps::{self, COUNTER_DEPTH, COUNTER_LOST_EVENTS};
 use super::records::{self, HEADER_BYTES};
 use super::regalloc::{self, Allocation, Location};
 use crate::diag::Diagnostic;
 use crate::ir::{
-    BinOp, CmpOp, Failure, Function, Module, Op, PrintArg, Reg, StatValue, Storage, Term, UnOp,
-    ValType,
+    BinOp, CmpOp, Failure, Function, Module, Op, PrintArg, Reg, StatValue, Storage, SymbolText,
+    Term, UnOp, ValType,
 };
 use crate::kernel::TracepointArgs;
 use crate::sema::hir::{FunctionMechanism, GlobalId, ProbeKind};
@@ -128,6 +129,8 @@ struct ScratchLayout {
     /// states converge): the MAXACTION tick count, then each loop's
     /// `limit` countdown.
     loops: u32,
+    /// A captured stack (`stack.rs`): frame bytes, tgid, frames.
+    stack: u32,
     size: u32,
 }
 
@@ -153,6 +156,7 @@ enum ContextStyle {
 /// cx, r8, r9, and of ax (the return value).
 const PT_REGS_ARGS: [i16; 6] = [112, 104, 96, 88, 72, 64];
 const PT_REGS_AX: i16 = 80;
+const PT_REGS_CS: i16 = 136;
 
 pub(super) fn emit_probe(
     module: &Module,
@@ -603,6 +607,7 @@ impl Emitter<'_> {
         let mut value = 0;
         let mut record = 0;
         let mut sprintf = 0;
+        let mut stack = false;
         for block in &self.function.blocks {
             for inst in &block.insts {
                 match &inst.op {
@@ -641,18 +646,32 @@ impl Emitter<'_> {
                                     8 + pmax
                                 }
                                 (PrintArg::Value(_), None) => 8,
+                                (
+                                    PrintArg::Symbol {
+                                        how: SymbolText::Stack { .. },
+                                        ..
+                                    },
+                                    _,
+                                ) => {
+                                    stack = true;
+                                    8 + records::STACK_BYTES
+                                }
                                 (PrintArg::Symbol { .. }, _) => 16,
                             };
                         }
                         record = record.max(size + stride);
                     }
-                    Op::Builtin { name, .. } if name == "error" => {
+                    Op::Builtin { name, .. } if name == "error" || name == "warn" => {
                         record = record.max(HEADER_BYTES + 16 + 8 + pmax + stride)
                     }
                     Op::Builtin { name, .. }
                         if name == "symname" || name == "symdata" || name == "modname" =>
                     {
                         sprintf = sprintf.max(8)
+                    }
+                    Op::Builtin { name, .. } if stack::walks_stack(name) => {
+                        sprintf = sprintf.max(8);
+                        stack = true;
                     }
                     Op::Sprintf { args, format, .. } => {
                         sprintf = sprintf.max(8 * args.len() as u32);
@@ -679,6 +698,7 @@ impl Emitter<'_> {
         layout.record = take(record);
         layout.sprintf = take(sprintf);
         layout.loops = take(foreach::loops_bytes(&self.regions));
+        layout.stack = take(if stack { records::STACK_BYTES } else { 0 });
         layout.size = next;
         layout
     }

@@ -57,12 +57,25 @@ impl Emitter<'_> {
 
     /// `error(msg)`: an error record carrying the message, built in scratch.
     pub(super) fn explicit_error(&mut self, message: Reg) {
+        self.message_record(records::ERROR_EXPLICIT, message);
+    }
+
+    /// `abort()`: the run flag cleared as by `exit()`, then the record
+    /// that ends the session without end probes.
+    pub(super) fn abort_record(&mut self) {
+        self.ld_map_value(R1, self.maps.control, (maps::CONTROL_RUN * 8) as i32);
+        self.push(Insn::store_imm(DW, R1, 0, 0));
+        self.send_small_record(records::KIND_ABORT, 0, HEADER_BYTES);
+    }
+
+    /// An error-kind record (`error`, `warn`) carrying a message.
+    pub(super) fn message_record(&mut self, kind: u32, message: Reg) {
         let span = self.span;
         let base = self.scratch.record;
         self.scratch_addr(R1, base);
         let words = [
             records::KIND_ERROR,
-            records::ERROR_EXPLICIT,
+            kind,
             self.probe,
             0,
             span.file.0,
@@ -178,6 +191,13 @@ impl Emitter<'_> {
                     self.push(Insn::store(DW, R1, at, v));
                     self.advance(offset, 8)
                 }
+                (
+                    PrintArg::Symbol {
+                        how: crate::ir::SymbolText::Stack { user, full },
+                        ..
+                    },
+                    _,
+                ) => self.stack_arg(offset, user, full),
                 (PrintArg::Symbol { addr, how }, _) => {
                     let at = self.record_cursor(offset);
                     self.push(Insn::store_imm(W, R1, at, records::symbol_tag(how) as i32));

@@ -57,6 +57,57 @@ impl FnLowering<'_, '_> {
                 self.print(args, name == "println", span);
                 None
             }
+            // stap's `log(msg)` is `printf("%s\n", msg)`.
+            "log" => {
+                self.print(args, true, span);
+                None
+            }
+            // `assert(e[, msg])` is `if (!e) error(msg)`, stap's default
+            // message being "Assertion failed".
+            "assert" => {
+                let cond = self.value(args.first()?);
+                let message = match args.get(1) {
+                    Some(arg) => self.value(arg),
+                    None => self.const_str("Assertion failed", span),
+                };
+                let fail = self.body.new_block();
+                let ok = self.body.new_block();
+                self.body.branch(cond, ok, fail, span);
+                self.body.switch_to(fail);
+                self.body
+                    .terminate(Term::Fail(Failure::Explicit(message)), span);
+                self.body.switch_to(ok);
+                None
+            }
+            "print_backtrace" | "print_ubacktrace" if self.is_kernel() => {
+                let how = SymbolText::Stack {
+                    user: name == "print_ubacktrace",
+                    full: true,
+                };
+                let format = self.m.format("%s");
+                let addr = self.constant(0, span);
+                self.body.emit(
+                    Op::Printf {
+                        format,
+                        args: vec![PrintArg::Symbol { addr, how }],
+                    },
+                    span,
+                );
+                None
+            }
+            "sprint_backtrace" | "sprint_ubacktrace" | "backtrace" | "ubacktrace"
+                if self.is_kernel() =>
+            {
+                // The frames are captured in BPF but only the host can name
+                // them: a print argument travels as the stack.
+                self.m.unsupported(
+                    format!(
+                        "{name}() in a kernel probe other than as a print or printf argument (the host symbolizes stacks; use print_backtrace())"
+                    ),
+                    span,
+                );
+                Some(self.const_str("", span))
+            }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
             "exit" => {
                 self.body.emit(Op::Exit, span);
@@ -192,7 +243,10 @@ impl FnLowering<'_, '_> {
         let mut out = Vec::with_capacity(args.len());
         for (i, arg) in args.iter().enumerate() {
             let later = &args[i + 1..];
-            if let Some((how, addr)) = self.symbol_arg(arg) {
+            if let Some(how) = self.stack_arg(arg) {
+                let addr = self.constant(0, arg.span);
+                out.push(PrintArg::Symbol { addr, how });
+            } else if let Some((how, addr)) = self.symbol_arg(arg) {
                 let addr = self.value(addr);
                 let addr = self.stable(addr, later, arg.span);
                 out.push(PrintArg::Symbol { addr, how });
@@ -202,6 +256,28 @@ impl FnLowering<'_, '_> {
             }
         }
         out
+    }
+
+    /// `sprint_backtrace()` and `sprint_ubacktrace()` as a print argument
+    /// in kernel code: the stack travels, the host names its frames.
+    fn stack_arg(&self, arg: &Expr) -> Option<SymbolText> {
+        if !self.is_kernel() {
+            return None;
+        }
+        match &arg.kind {
+            ExprKind::Builtin { name, args } if args.is_empty() => match name.as_str() {
+                "sprint_backtrace" => Some(SymbolText::Stack {
+                    user: false,
+                    full: false,
+                }),
+                "sprint_ubacktrace" => Some(SymbolText::Stack {
+                    user: true,
+                    full: false,
+                }),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     fn symbol_arg<'e>(&mut self, arg: &'e Expr) -> Option<(SymbolText, &'e Expr)> {
@@ -248,6 +324,12 @@ impl FnLowering<'_, '_> {
             {
                 self.flush(&mut pending, span);
                 self.print_hist(*op, operand, bounds, arg.span);
+                continue;
+            }
+            if let Some(how) = self.stack_arg(arg) {
+                let addr = self.constant(0, arg.span);
+                pending.text.push_str("%s");
+                pending.args.push(PrintArg::Symbol { addr, how });
                 continue;
             }
             let reg = self.value(arg);

@@ -65,6 +65,7 @@ fn module(functions: Vec<Function>, globals: Vec<Global>) -> Module {
         globals,
         probes: vec![ProbeHandler {
             point: "begin".into(),
+            written: "begin".into(),
             kind: ProbeKind::Begin { order: 0 },
             placement,
             function: FuncId(0),
