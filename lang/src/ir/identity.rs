@@ -35,7 +35,7 @@ pub fn ppfunc(point: &str) -> String {
         .find_map(|marker| point.find(marker).map(|at| &point[at + marker.len()..]));
     match rest {
         Some(rest) => rest
-            .split(|c| c == '@' || c == '"')
+            .split(['@', '"'])
             .next()
             .unwrap_or_default()
             .to_string(),

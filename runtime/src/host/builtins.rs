@@ -258,7 +258,9 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
                 c
             })
             .unwrap_or_default()),
-        "sprint_ubacktrace" => s(format!("<no user backtrace at {}>", probe_point(rt)).into_bytes()),
+        "sprint_ubacktrace" => {
+            s(format!("<no user backtrace at {}>", probe_point(rt)).into_bytes())
+        }
         "ubacktrace" => s(Vec::new()),
         "print_syms" => {
             let mut out = String::new();

@@ -104,9 +104,13 @@ impl Emitter<'_> {
     fn overflow_if_failed(&mut self) {
         let ok = self.new_label();
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
+        self.overflow();
+        self.bind(ok);
+    }
+
+    fn overflow(&mut self) {
         self.error_record(records::ERROR_ARRAY_OVERFLOW, None);
         self.goto(self.epilogue);
-        self.bind(ok);
     }
 
     /// After a helper returning 0 or -errno in r0: bump a counter on error.
@@ -166,7 +170,7 @@ impl Emitter<'_> {
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), inserted);
         // -EEXIST: another CPU inserted it first; anything else: full.
         self.jump(Insn::jump_imm(insn::JEQ, R0, -17, 0), inserted);
-        self.overflow_if_failed();
+        self.overflow();
         self.bind(inserted);
         self.key_args(global, keys.is_empty());
         self.call(helper::MAP_LOOKUP_ELEM);
