@@ -27,7 +27,8 @@
 //!   - [`ERROR_DIVISION_BY_ZERO`], [`ERROR_MAXACTION`],
 //!     [`ERROR_EMPTY_AGGREGATE`] (`@avg`/`@min`/`@max` of no samples),
 //!     [`ERROR_TOO_MANY_CPUS`] (a statistic on more CPUs than the code was
-//!     compiled for, `bpf::Options::cpus`), [`ERROR_ARRAY_OVERFLOW`]: nothing.
+//!     compiled for, `bpf::Options::cpus`), [`ERROR_ARRAY_OVERFLOW`],
+//!     [`ERROR_POSITION`]: nothing.
 //! - [`KIND_HIST`] (`id` = the `GlobalId` of a statistic): `print` of its
 //!   histogram in a kernel probe. `u32` [`HIST_LOG`] or [`HIST_LINEAR`],
 //!   `u32 0`, then the element's key as the map stores it (`layout.rs`,
@@ -86,6 +87,8 @@ pub const ERROR_TOO_MANY_CPUS: u32 = 9;
 pub const ERROR_ARRAY_OVERFLOW: u32 = 10;
 /// `warn(msg)`: not an error; the message as a text argument.
 pub const ERROR_WARNING: u32 = 11;
+/// `stringat` past the string's end.
+pub const ERROR_POSITION: u32 = 12;
 
 /// The payload bytes of an error's span.
 pub const ERROR_SPAN_BYTES: u32 = 16;
@@ -167,6 +170,7 @@ pub enum ErrorKind<'a> {
     /// `warn(msg)`: printed as a warning, not counted as an error.
     Warning(&'a [u8]),
     ArrayOverflow,
+    Position,
     KernelRead(u64),
     UserRead(u64),
     KernelString(u64),
@@ -190,6 +194,7 @@ impl ErrorKind<'_> {
                 String::from_utf8_lossy(text).into_owned()
             }
             ErrorKind::ArrayOverflow => "Array overflow, check MAXMAPENTRIES".to_string(),
+            ErrorKind::Position => "Position out of bounds".to_string(),
             ErrorKind::KernelRead(addr) => format!("kernel read fault at 0x{addr:x}"),
             ErrorKind::UserRead(addr) => format!("user read fault at 0x{addr:x}"),
             ErrorKind::KernelString(addr) => format!("kernel string copy fault at 0x{addr:x}"),
@@ -404,6 +409,7 @@ pub fn decode<'a>(
                     }
                 }
                 ERROR_ARRAY_OVERFLOW => ErrorKind::ArrayOverflow,
+                ERROR_POSITION => ErrorKind::Position,
                 ERROR_KERNEL_READ => ErrorKind::KernelRead(reader.u64()?),
                 ERROR_USER_READ => ErrorKind::UserRead(reader.u64()?),
                 ERROR_KERNEL_STRING => ErrorKind::KernelString(reader.u64()?),

@@ -135,11 +135,16 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
     let l = |n: i64| Ok(Value::Long(n));
     match name {
         "strlen" => l(bytes(args, 0).len() as i64),
+        // As stap: "" unless 0 <= start < strlen; at most len bytes.
         "substr" => {
             let src = bytes(args, 0);
-            let start = long(args, 1).clamp(0, src.len() as i64) as usize;
-            let len = long(args, 2).max(0) as usize;
-            s(src[start..src.len().min(start.saturating_add(len))].to_vec())
+            let (start, len) = (long(args, 1), long(args, 2));
+            if start < 0 || start >= src.len() as i64 || len < 0 {
+                return s(Vec::new());
+            }
+            let start = start as usize;
+            let end = src.len().min(start.saturating_add(len as usize));
+            s(src[start..end].to_vec())
         }
         "isinstr" => l(find(bytes(args, 0), bytes(args, 1)).is_some() as i64),
         "strpos" => l(find(bytes(args, 0), bytes(args, 1)).map_or(-1, |i| i as i64)),
@@ -188,33 +193,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             let i = long(args, 1);
             match usize::try_from(i).ok().and_then(|i| src.get(i)) {
                 Some(b) => l(*b as i64),
-                None => Err(RuntimeError::Explicit(format!(
-                    "Position {i} is out of bounds for string of length {}",
-                    src.len()
-                ))),
+                None => Err(RuntimeError::Explicit("Position out of bounds".into())),
             }
         }
-        "strtol" => {
-            let text = String::from_utf8_lossy(bytes(args, 0)).trim().to_string();
-            let base = long(args, 1);
-            let (neg, digits) = match text.strip_prefix('-') {
-                Some(rest) => (true, rest),
-                None => (false, text.strip_prefix('+').unwrap_or(&text)),
-            };
-            let digits = if base == 16 {
-                digits.trim_start_matches("0x").trim_start_matches("0X")
-            } else {
-                digits
-            };
-            let radix = if (2..=36).contains(&base) {
-                base as u32
-            } else {
-                10
-            };
-            let valid: String = digits.chars().take_while(|c| c.is_digit(radix)).collect();
-            let n = i64::from_str_radix(&valid, radix).unwrap_or(0);
-            l(if neg { n.wrapping_neg() } else { n })
-        }
+        "strtol" => l(strtol(bytes(args, 0), long(args, 1))),
         "isdigit" => l(bytes(args, 0).first().is_some_and(u8::is_ascii_digit) as i64),
         "abs" => l(long(args, 0).wrapping_abs()),
         "gettimeofday_s" => l(now_ns() / 1_000_000_000),
@@ -423,6 +405,41 @@ fn joined(name: &str, args: &[Value]) -> Vec<u8> {
         out.extend(text(v));
     }
     out
+}
+
+/// `strtol` as the kernel's `simple_strtol` (which stap calls): an
+/// optional `-`; base 0 chooses 16 for a `0x` prefix, 8 for a leading
+/// `0`, else 10; base 16 skips a `0x`; digits end at the first byte that
+/// is not one below the base. The kernel emitter does the same in BPF.
+fn strtol(text: &[u8], base: i64) -> i64 {
+    let neg = text.first() == Some(&b'-');
+    let mut i = neg as usize;
+    let zero_x = |i: usize| {
+        text.get(i) == Some(&b'0') && text.get(i + 1).is_some_and(|c| c | 0x20 == b'x')
+    };
+    let mut base = base;
+    if base == 0 || base == 16 {
+        if zero_x(i) {
+            base = 16;
+            i += 2;
+        } else if base == 0 {
+            base = if text.get(i) == Some(&b'0') { 8 } else { 10 };
+        }
+    }
+    let mut value: i64 = 0;
+    for &c in &text[i.min(text.len())..] {
+        let digit = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'z' => c - b'a' + 10,
+            b'A'..=b'Z' => c - b'A' + 10,
+            _ => break,
+        } as i64;
+        if digit >= base {
+            break;
+        }
+        value = value.wrapping_mul(base).wrapping_add(digit);
+    }
+    if neg { value.wrapping_neg() } else { value }
 }
 
 /// `text_str`: C-style escapes for non-printable bytes.

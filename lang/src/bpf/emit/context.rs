@@ -272,6 +272,26 @@ impl Emitter<'_> {
                 self.push(Insn::mov_imm(R0, 1));
                 self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), self.epilogue);
             }
+            "substr" => {
+                if let (Some(dst), [s, start, len]) = (dst, args) {
+                    self.substr(dst, *s, *start, *len);
+                }
+            }
+            "stringat" => {
+                if let (Some(dst), [s, pos]) = (dst, args) {
+                    self.stringat(dst, *s, *pos);
+                }
+            }
+            "isinstr" | "strpos" => {
+                if let (Some(dst), [s, needle]) = (dst, args) {
+                    self.find(dst, name, *s, *needle);
+                }
+            }
+            "strtol" => {
+                if let (Some(dst), [s, base]) = (dst, args) {
+                    self.strtol(dst, *s, *base);
+                }
+            }
             "user_mode" => {
                 let kind = &self.module.probes[self.probe as usize].kind;
                 match kind {

@@ -21,6 +21,7 @@ mod format;
 mod globals;
 mod output;
 mod stack;
+mod strfuncs;
 mod statistics;
 mod strings;
 

@@ -456,9 +456,9 @@ mod tests {
         assert!(lower("probe begin { print_backtrace(); println(pp()) }").is_ok());
         assert!(lower(r#"probe kernel.trace("kfree_skb") { println(kernel_long(0)) }"#).is_ok());
         let err =
-            lower(r#"probe kernel.trace("kfree_skb") { println(strtol("1", 10)) }"#).unwrap_err();
+            lower(r#"probe kernel.trace("kfree_skb") { println(tokenize("1", " ")) }"#).unwrap_err();
         assert!(
-            err.contains("unsupported: strtol() in a kernel probe"),
+            err.contains("unsupported: tokenize() in a kernel probe"),
             "{err}"
         );
     }
