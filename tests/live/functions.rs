@@ -249,11 +249,11 @@ fn connect_by_wildcard(option: &str) {
         "--kernel-probes",
         option,
         "-e",
-        // probefunc() is host-only so far; the parameters tell the
-        // expansions (tcp_v4_connect, tcp_v4_conn_request) apart.
+        // Each expansion (tcp_v4_connect, tcp_v4_conn_request) has its
+        // own probefunc() and ppfunc(), and its own parameters.
         r#"probe kernel.function("tcp_v4_conn*") {
                if (execname() == "kf_connect") {
-                   printf("%s addr_len=%d\n",
+                   printf("%s %s %s addr_len=%d\n", probefunc(), ppfunc(),
                           @defined($addr_len) ? "tcp_v4_connect" : "another",
                           @choose_defined($addr_len, -1))
                    exit()
@@ -272,7 +272,7 @@ fn connect_by_wildcard(option: &str) {
     );
     // sizeof(struct sockaddr_in), as connect(2) passes it.
     assert_eq!(
-        done.stdout, "tcp_v4_connect addr_len=16\n",
+        done.stdout, "tcp_v4_connect tcp_v4_connect tcp_v4_connect addr_len=16\n",
         "stderr:\n{}",
         done.stderr
     );

@@ -414,9 +414,8 @@ fn joined(name: &str, args: &[Value]) -> Vec<u8> {
 fn strtol(text: &[u8], base: i64) -> i64 {
     let neg = text.first() == Some(&b'-');
     let mut i = neg as usize;
-    let zero_x = |i: usize| {
-        text.get(i) == Some(&b'0') && text.get(i + 1).is_some_and(|c| c | 0x20 == b'x')
-    };
+    let zero_x =
+        |i: usize| text.get(i) == Some(&b'0') && text.get(i + 1).is_some_and(|c| c | 0x20 == b'x');
     let mut base = base;
     if base == 0 || base == 16 {
         if zero_x(i) {

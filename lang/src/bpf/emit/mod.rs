@@ -21,8 +21,8 @@ mod format;
 mod globals;
 mod output;
 mod stack;
-mod strfuncs;
 mod statistics;
+mod strfuncs;
 mod strings;
 
 use hashbrown::HashMap;

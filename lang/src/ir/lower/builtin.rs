@@ -455,8 +455,8 @@ mod tests {
         // Host-capable ones, and the same call in a kernel probe, lower.
         assert!(lower("probe begin { print_backtrace(); println(pp()) }").is_ok());
         assert!(lower(r#"probe kernel.trace("kfree_skb") { println(kernel_long(0)) }"#).is_ok());
-        let err =
-            lower(r#"probe kernel.trace("kfree_skb") { println(tokenize("1", " ")) }"#).unwrap_err();
+        let err = lower(r#"probe kernel.trace("kfree_skb") { println(tokenize("1", " ")) }"#)
+            .unwrap_err();
         assert!(
             err.contains("unsupported: tokenize() in a kernel probe"),
             "{err}"
