@@ -44,8 +44,8 @@ use stap_lang::bpf::maps as bpf_maps;
 use stap_lang::bpf::records::{self, Arg, RecordBody};
 use stap_lang::bpf::{MapRole, Object};
 use stap_lang::ir::{self, FormatId, Op, PrintArg, ProbeHandler, SymbolText};
+use stap_lang::ir::{GlobalId, ProbeKind};
 use stap_lang::printf::{self, Piece};
-use stap_lang::sema::hir::{GlobalId, ProbeKind};
 use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};

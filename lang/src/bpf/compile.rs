@@ -12,8 +12,8 @@ use super::snprintf;
 use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
 use crate::diag::Diagnostic;
 use crate::ir::{Function, Module, Op, Storage};
+use crate::ir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
 use crate::kernel::TracepointArgs;
-use crate::sema::hir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
 use crate::source::SourceMap;
 
 /// `PERF_TYPE_SOFTWARE` / `PERF_COUNT_SW_CPU_CLOCK`, for `timer.profile`.

@@ -8,8 +8,8 @@
 //!   pointers, which must be copied out as numbers (`emit/context.rs`).
 
 use crate::ir::{Module, Op};
+use crate::ir::{Placement, ProbeKind};
 use crate::kernel::{self, KernelFacts, TracepointArgs, TypeKind};
-use crate::sema::hir::{Placement, ProbeKind};
 
 /// Kernel facts for code generation; `Default` knows nothing, which is
 /// always safe (pointer slots are all copied, `ppid()` is unsupported).

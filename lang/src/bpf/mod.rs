@@ -23,7 +23,7 @@ pub use compile::{compile, compile_with_source};
 pub use listing::listing;
 
 use crate::ir::FuncId;
-use crate::sema::hir::{GlobalId, Limits};
+use crate::ir::{GlobalId, Limits};
 use crate::source::Span;
 
 /// [`Options::cpus`] when the caller does not know better.

@@ -36,9 +36,9 @@
 //!   the histogram of that element as it is in the map when it handles
 //!   the record.
 
+use crate::ir::GlobalId;
 use crate::ir::{FormatId, Module, StrId, SymbolText, ValType};
 use crate::printf::{self, ArgKind};
-use crate::sema::hir::GlobalId;
 use crate::source::{FileId, Span};
 
 pub const HEADER_BYTES: u32 = 16;

@@ -11,8 +11,8 @@ use crate::ir::{
     BinOp, Block, BlockId, CmpOp, Failure, FormatId, FuncId, Function, Global, Inst, Module, Op,
     PrintArg, ProbeHandler, Reg, StatNeeds, StatValue, Storage, StrId, SymbolText, Term, ValType,
 };
+use crate::ir::{Limits, Placement, ProbeKind, ProcessTarget};
 use crate::kernel::{ClassicField, Param, TracepointArgs, TypeId};
-use crate::sema::hir::{Limits, Placement, ProbeKind, ProcessTarget};
 use crate::source::{FileId, SourceMap, Span};
 
 /// One sample program.
@@ -114,7 +114,7 @@ impl Builder {
         FormatId(self.formats.len() as u32 - 1)
     }
 
-    fn global(&mut self, name: &str, storage: Storage) -> crate::sema::hir::GlobalId {
+    fn global(&mut self, name: &str, storage: Storage) -> crate::ir::GlobalId {
         let start = self.text.find(name).unwrap_or(0);
         self.globals.push(Global {
             name: name.to_string(),
@@ -124,7 +124,7 @@ impl Builder {
             host: true,
             span: Span::new(self.file, start, start + name.len()),
         });
-        crate::sema::hir::GlobalId(self.globals.len() as u32 - 1)
+        crate::ir::GlobalId(self.globals.len() as u32 - 1)
     }
 
     /// Ends the current block; blocks are numbered in the order they end.

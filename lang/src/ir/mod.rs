@@ -20,10 +20,14 @@ pub mod print;
 pub mod verify;
 
 use crate::ast::{BinaryOp, StatOp};
-use crate::sema::hir::{GlobalId, Limits, Placement, ProbeKind};
 use crate::source::Span;
 
-pub use crate::sema::hir::Constant;
+// The vocabulary the front end and both backends share, defined with the
+// HIR that produces it. Backends name it through `ir` (never `sema`), so
+// the IR stays their one contract.
+pub use crate::sema::hir::{
+    Constant, FunctionMechanism, GlobalId, Limits, Placement, ProbeKind, ProcessTarget,
+};
 
 /// The two value types a register can hold. Statistics never live in a
 /// register: they are only touched through `StatAdd`/`StatGet`.

@@ -3,13 +3,13 @@
 //! instruction per line with the script line it came from. Deterministic,
 //! and safe on malformed modules (out-of-range ids print as `?`).
 
+use super::Placement;
 use super::{BinOp, Constant};
 use super::{
     Block, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg, Sort,
     SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
 };
 use crate::ast_print::quote_string;
-use crate::sema::hir::Placement;
 use crate::source::{SourceMap, Span};
 use std::fmt::Write;
 
@@ -225,7 +225,7 @@ impl Printer<'_> {
             .map_or_else(|| format!("fn{index}?"), |f| f.name.clone())
     }
 
-    fn global_name(&self, id: crate::sema::hir::GlobalId) -> String {
+    fn global_name(&self, id: super::GlobalId) -> String {
         self.module
             .globals
             .get(id.0 as usize)
@@ -294,7 +294,7 @@ impl Printer<'_> {
         self.line(out, &self.term(&block.term), block.term_span);
     }
 
-    fn keyed(&self, global: crate::sema::hir::GlobalId, keys: &[Reg]) -> String {
+    fn keyed(&self, global: super::GlobalId, keys: &[Reg]) -> String {
         format!("{}[{}]", self.global_name(global), regs(keys))
     }
 

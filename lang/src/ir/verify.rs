@@ -8,8 +8,8 @@
 
 mod ops;
 
+use super::GlobalId;
 use super::{Block, Failure, Function, IterId, Module, Reg, Storage, Term, ValType};
-use crate::sema::hir::GlobalId;
 use std::collections::HashMap;
 
 /// Checks the invariants in `ir/mod.rs`; each error names the function and block.

@@ -7,8 +7,8 @@ use std::rc::Rc;
 
 use hashbrown::HashMap;
 use stap_lang::bpf::layout::{self, StatLayout};
+use stap_lang::ir::GlobalId;
 use stap_lang::ir::{self, Constant, Module, Op, StatValue, Storage, ValType};
-use stap_lang::sema::hir::GlobalId;
 
 use super::error::RuntimeError;
 use super::kmap::{BpfMapOps, KernelMap};

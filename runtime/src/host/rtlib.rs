@@ -6,9 +6,9 @@
 
 use std::cmp::Ordering;
 
+use stap_lang::ir::GlobalId;
 use stap_lang::ir::{HistKind, SortBy, StatValue, ValType};
 use stap_lang::printf::{self, ArgKind, Conversion, Piece};
-use stap_lang::sema::hir::GlobalId;
 
 use super::globals::{Element, ElementValue, Key, Value, key_types, value_type};
 use super::{HostRuntime, MAX_NESTING, RuntimeError, StrHandle, builtins, hist};

@@ -16,7 +16,7 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{FuncId as ClifFuncId, Module as _, default_libcall_names};
 use stap_lang::ir;
-use stap_lang::sema::hir::{Placement, ProbeKind};
+use stap_lang::ir::{Placement, ProbeKind};
 
 use crate::host::{HostRuntime, RuntimeError, rtlib};
 

@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object};
 use stap_lang::ir;
-use stap_lang::sema::hir::GlobalId;
+use stap_lang::ir::GlobalId;
 
 use crate::attach;
 use crate::load::{self, LoadError};

@@ -38,8 +38,8 @@ use crate::ir::{
     BinOp, CmpOp, Failure, Function, Module, Op, PrintArg, Reg, StatValue, Storage, SymbolText,
     Term, UnOp, ValType,
 };
+use crate::ir::{FunctionMechanism, GlobalId, ProbeKind};
 use crate::kernel::TracepointArgs;
-use crate::sema::hir::{FunctionMechanism, GlobalId, ProbeKind};
 use crate::source::Span;
 
 /// Saved context pointer.
