@@ -47,7 +47,7 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
         if path.is_dir() {
             println!("cargo:rerun-if-changed={}", path.display());
             collect(&path, files);
-        } else if path.extension().is_some_and(|e| e == "stp") {
+        } else if path.extension().is_some_and(|e| e == "stp" || e == "stpm") {
             files.push(path);
         }
     }

@@ -12,10 +12,11 @@ use std::time::Instant;
 
 pub fn run(args: &Args) -> Result<(), Failed> {
     let started = Instant::now();
-    if args.guru {
-        return Err(fail(
-            "unsupported: guru mode (-g): stap-rs never writes kernel memory or runs embedded C",
-        ));
+    crate::frontend::set_warnings(args);
+    if args.verbose > 0 {
+        for note in args.ignored.notes() {
+            eprintln!("Note: {note}.");
+        }
     }
     let kernel = open_kernel(args)?;
     if let Some(point) = args.list.as_deref() {
@@ -32,8 +33,9 @@ pub fn run(args: &Args) -> Result<(), Failed> {
     let (user_file, script_args) = load_script(args, &mut map)?;
     let front = Frontend::new(kernel.as_ref(), &script_args);
 
-    let user = front.parse_one(&map, user_file)?;
+    // The tapsets first: their `.stpm` macros are visible to the script.
     let library = front.parse_tapsets(args, &mut map)?;
+    let user = front.parse_one(&map, user_file)?;
     if args.verbose > 0 {
         eprintln!(
             "Pass 1: parsed user script and {} library scripts in {}real ms.",

@@ -9,7 +9,7 @@ use crate::tapsets;
 use stap_lang::diag::{self, Diagnostic};
 use stap_lang::kernel::KernelFacts;
 use stap_lang::pipeline::{self, Compiled, Next};
-use stap_lang::preprocess::PreprocessEnv;
+use stap_lang::preprocess::{MacroLibrary, PreprocessEnv};
 use stap_lang::source::{FileId, SourceMap};
 use stap_lang::{ast, bpf, ir, parse, sema};
 
@@ -26,6 +26,9 @@ pub fn fail(message: impl std::fmt::Display) -> Failed {
 pub struct Frontend<'a> {
     kernel: &'a dyn KernelFacts,
     script_args: &'a [String],
+    /// The `.stpm` macros, read by `parse_tapsets` and visible to every
+    /// file parsed after it.
+    macros: std::cell::RefCell<MacroLibrary>,
 }
 
 impl<'a> Frontend<'a> {
@@ -33,11 +36,11 @@ impl<'a> Frontend<'a> {
         Frontend {
             kernel,
             script_args,
+            macros: Default::default(),
         }
     }
 
-    /// Parses one file, printing its diagnostics; fails on any error.
-    pub fn parse_one(&self, map: &SourceMap, file: FileId) -> Result<ast::File, Failed> {
+    fn with_env<T>(&self, f: impl FnOnce(&PreprocessEnv) -> T) -> T {
         let config = |name: &str| self.kernel.config(name);
         let env = PreprocessEnv {
             kernel: self.kernel.version(),
@@ -45,23 +48,59 @@ impl<'a> Frontend<'a> {
             config: &config,
             args: self.script_args,
         };
-        let parsed = parse::parse_file(map, file, &env);
+        f(&env)
+    }
+
+    /// Parses one file, printing its diagnostics; fails on any error.
+    pub fn parse_one(&self, map: &SourceMap, file: FileId) -> Result<ast::File, Failed> {
+        let parsed =
+            self.with_env(|env| parse::parse_file_with(map, file, env, &self.macros.borrow()));
         report(map, &parsed.diags)?;
         Ok(parsed.file)
     }
 
-    /// Parses every tapset. An error in a tapset is reported like a script
-    /// error: it names the tapset file.
+    /// Parses every tapset, the `.stpm` macro files first. An error in a
+    /// tapset is reported like a script error: it names the tapset file.
     pub fn parse_tapsets(
         &self,
         args: &Args,
         map: &mut SourceMap,
     ) -> Result<Vec<ast::File>, Failed> {
-        let texts = tapsets::load(&args.include).map_err(fail)?;
-        let ids: Vec<FileId> = texts.into_iter().map(|t| map.add(t.name, t.text)).collect();
+        let version = self.kernel.version();
+        let key = tapsets::SearchKey {
+            arch: &self.kernel.arch(),
+            versions: vec![
+                version.release.clone(),
+                version.to_string(),
+                format!("{}.{}", version.major, version.minor),
+            ]
+            .into_iter()
+            .filter(|v| !v.is_empty())
+            .collect(),
+        };
+        let texts = tapsets::load(&args.include, &key).map_err(fail)?;
+        let ids: Vec<(FileId, bool)> = texts
+            .into_iter()
+            .map(|t| (map.add(t.name, t.text), t.macros))
+            .collect();
+        // Every file is parsed, so that one run reports every broken one.
         let mut files = Vec::with_capacity(ids.len());
-        for id in ids {
-            files.push(self.parse_one(map, id)?);
+        let mut failed = false;
+        for (id, macros) in ids {
+            if macros {
+                let diags = self.with_env(|env| {
+                    parse::parse_macro_file(map, id, env, &mut self.macros.borrow_mut())
+                });
+                failed |= report(map, &diags).is_err();
+            } else {
+                match self.parse_one(map, id) {
+                    Ok(file) => files.push(file),
+                    Err(Failed) => failed = true,
+                }
+            }
+        }
+        if failed {
+            return Err(Failed);
         }
         Ok(files)
     }
@@ -84,6 +123,8 @@ pub fn elab_options(args: &Args) -> sema::ElabOptions {
     sema::ElabOptions {
         defines: args.defines.clone(),
         global_overrides: args.globals.clone(),
+        guru: args.guru,
+        skip_badvars: args.skip_badvars,
         kernel_probes: match args.kernel_probes {
             KernelProbes::Auto => sema::KernelProbes::Auto,
             KernelProbes::Fentry => sema::KernelProbes::Fentry,
@@ -92,10 +133,38 @@ pub fn elab_options(args: &Args) -> sema::ElabOptions {
     }
 }
 
+/// What `-w` (suppress) and `-W` (errors) do to warnings.
+static WARNINGS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(WARNINGS_SHOWN);
+const WARNINGS_SHOWN: u8 = 0;
+const WARNINGS_SUPPRESSED: u8 = 1;
+const WARNINGS_ARE_ERRORS: u8 = 2;
+
+/// Applies `-w`/`-W` to every later report.
+pub fn set_warnings(args: &Args) {
+    let mode = match (args.suppress_warnings, args.warnings_as_errors) {
+        (_, true) => WARNINGS_ARE_ERRORS,
+        (true, false) => WARNINGS_SUPPRESSED,
+        _ => WARNINGS_SHOWN,
+    };
+    WARNINGS.store(mode, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Prints diagnostics; fails when any is an error.
 fn report(map: &SourceMap, diags: &[Diagnostic]) -> Result<(), Failed> {
+    let mode = WARNINGS.load(std::sync::atomic::Ordering::Relaxed);
+    let shown: Vec<Diagnostic>;
+    let diags = if mode == WARNINGS_SUPPRESSED {
+        shown = diags.iter().filter(|d| d.is_error()).cloned().collect();
+        &shown[..]
+    } else {
+        diags
+    };
     if diags.is_empty() {
         return Ok(());
+    }
+    if mode == WARNINGS_ARE_ERRORS {
+        diag::emit_stderr(map, diags);
+        return Err(Failed);
     }
     diag::emit_stderr(map, diags);
     if diags.iter().any(Diagnostic::is_error) {

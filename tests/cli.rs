@@ -211,14 +211,36 @@ fn missing_btf_file_says_what_still_works() {
 }
 
 #[test]
-fn guru_mode_is_refused() {
-    let out = stap(&["-g", "-p2", "-e", "probe begin { }"]);
+fn guru_mode_refuses_only_what_needs_it() {
+    // -g alone is fine: the script needs nothing from it.
+    let out = stap(&["-g", "-p2", "-e", "probe begin { println(1) }"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Embedded C is refused at its line: without -g for lacking it...
+    let script = "function f() %{ return; %}\nprobe begin { f() }";
+    let out = stap(&["-p2", "-e", script]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("unsupported: guru mode"),
-        "{}",
-        stderr(&out)
-    );
+    let err = stderr(&out);
+    assert!(err.contains("requires guru mode (-g)"), "{err}");
+    assert!(err.contains("<input>:1:"), "{err}");
+    // ...and with -g because a BPF runtime cannot run C.
+    let out = stap(&["-g", "-p2", "-e", script]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("unsupported: embedded C"), "{err}");
+    assert!(err.contains("cannot run C code"), "{err}");
+}
+
+#[test]
+fn stap_options_without_meaning_here_are_accepted_and_noted() {
+    let out = stap(&[
+        "-v", "-k", "-u", "-w", "-b", "-t", "-s", "8", "-m", "mod", "--all-modules", "--ldd",
+        "-d", "/bin/ls", "--suppress-time-limits", "--runtime=bpf", "-p1", "-e",
+        "probe begin { }",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("Note: -k has no effect"), "{err}");
+    assert!(err.contains("Note: --all-modules has no effect"), "{err}");
 }
 
 #[test]
@@ -247,4 +269,84 @@ fn kernel_function_without_a_mechanism_says_why() {
         "probe kernel.function(\"tcp_sendmsg\")? { } probe begin { }",
     ]);
     assert_ok(&optional);
+}
+
+/// SystemTap's own corpus (`../shared/stap-corpus`), when present.
+fn stap_corpus() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/stap-corpus");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipped: ../shared/stap-corpus is absent");
+        None
+    }
+}
+
+#[test]
+fn stap_tapset_tree_parses_as_a_library() {
+    let Some(corpus) = stap_corpus() else { return };
+    let tapsets = corpus.join("tapset");
+    let tapsets = tapsets.to_str().expect("a UTF-8 path");
+    let out = stap(&["-v", "-p1", "-I", tapsets, "-e", "probe begin { }"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Every file of the tree that applies to x86_64 (the stdlib adds a few).
+    let err = stderr(&out);
+    let count: usize = err
+        .split("parsed user script and ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pass 1 line in: {err}"));
+    assert!(count > 450, "only {count} library scripts: {err}");
+}
+
+/// Each stock example at -p1, run as its `.meta` test_check line says
+/// (its arguments, `-g`, ...), in its own directory.
+#[test]
+fn stap_examples_parse() {
+    let Some(corpus) = stap_corpus() else { return };
+    let bin = env!("CARGO_BIN_EXE_stap-rs");
+    let mut failed = Vec::new();
+    let mut checked = 0;
+    let mut metas: Vec<_> = std::fs::read_dir(corpus.join("examples"))
+        .expect("examples dir")
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "meta"))
+        .collect();
+    metas.sort();
+    for meta in metas {
+        let text = std::fs::read_to_string(&meta).expect("reading a .meta");
+        let Some(line) = text.lines().find_map(|l| l.strip_prefix("test_check:")) else {
+            continue;
+        };
+        let Some(rest) = line.trim().strip_prefix("stap ") else {
+            continue;
+        };
+        // `-p4`, `-gp4`, `-p2` all become -p1, keeping the other flags.
+        let words: Vec<String> = rest
+            .split(' ')
+            .map(|w| match w.strip_prefix('-').and_then(|f| f.split_once('p')) {
+                Some((flags, n)) if n.len() == 1 && n.chars().all(|c| c.is_ascii_digit()) => {
+                    if flags.is_empty() { "-p1".to_string() } else { format!("-{flags} -p1") }
+                }
+                _ => w.to_string(),
+            })
+            .collect();
+        let command = format!("{bin} {}", words.join(" "));
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(&command)
+            .current_dir(meta.parent().expect("in a directory"))
+            .stdin(Stdio::null())
+            .output()
+            .expect("running sh");
+        checked += 1;
+        if !out.status.success() {
+            failed.push(format!("{}: {}", meta.display(), stderr(&out)));
+        }
+    }
+    assert!(checked > 90, "only {checked} examples have a test_check line");
+    assert!(failed.is_empty(), "{} of {checked} fail:\n{}", failed.len(), failed.join("\n"));
 }

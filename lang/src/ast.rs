@@ -86,6 +86,9 @@ pub struct ProbeAlias {
     pub epilogue: bool,
     pub points: Vec<ProbePoint>,
     pub body: Block,
+    /// `probe a = b { prologue }, { epilogue }`: a second body, run after
+    /// the user's.
+    pub after: Option<Block>,
     pub span: Span,
 }
 
@@ -162,6 +165,14 @@ pub enum StmtKind {
     Empty,
     /// `%{ ... %}` inside a block: refused during elaboration.
     EmbeddedC,
+    /// `try { body } catch [(var)] { handler }`: a run-time error in
+    /// `body` runs `handler` (with the error text in `var`) instead of
+    /// counting towards MAXERRORS.
+    Try {
+        body: Block,
+        var: Option<Ident>,
+        handler: Block,
+    },
 }
 
 /// `foreach ([a, b-] in arr @sum - limit 10) body`
@@ -174,6 +185,8 @@ pub struct Foreach {
     /// True when the keys were written in brackets (`[a]` rather than `a`).
     pub bracketed: bool,
     pub array: Ident,
+    /// `in arr[k, *]`: iterate only the elements whose keys match.
+    pub slice: Option<Vec<Expr>>,
     /// `arr+` / `arr-`: sort by value.
     pub value_sort: Option<SortDir>,
     /// `@sum` etc. after the array: which aggregate a stats array sorts by.
@@ -240,8 +253,23 @@ pub enum ExprKind {
     Defined(Box<Expr>),
     /// `@choose_defined(a, b)`
     ChooseDefined(Box<Expr>, Box<Expr>),
-    /// `@var("name")`, `@var("name@file")`: treated like `$name`.
-    AtVar(Spanned<String>),
+    /// `@var("name")`, `@var("name@file")`, `@var("name", "module")`:
+    /// treated like `$name`.
+    AtVar {
+        name: Spanned<String>,
+        module: Option<Spanned<String>>,
+    },
+    /// `@const("NAME")`, `@probewrite(v)`, `@perf("counter")`,
+    /// `@kregister(n)`, `@uregister(n)`: parsed, and refused where
+    /// elaboration reaches them unless supported there.
+    AtOperator {
+        name: String,
+        args: Vec<Expr>,
+    },
+    /// `%{ ... %}` used as a value: refused where elaboration reaches it.
+    EmbeddedC,
+    /// `*` as an array key: a slice, `delete a[k, *]`, `[k, *] in a`.
+    Wildcard,
     Unary {
         op: UnaryOp,
         operand: Box<Expr>,

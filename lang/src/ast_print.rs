@@ -271,6 +271,22 @@ impl Printer {
             }
             StmtKind::Empty => self.push(";"),
             StmtKind::EmbeddedC => self.push("%{ ... %}"),
+            StmtKind::Try {
+                body,
+                var,
+                handler,
+            } => {
+                self.push("try ");
+                self.block(body);
+                self.push(" catch");
+                if let Some(var) = var {
+                    self.push(" (");
+                    self.push(&var.node);
+                    self.push(")");
+                }
+                self.push(" ");
+                self.block(handler);
+            }
         }
     }
 
@@ -295,6 +311,16 @@ impl Printer {
         }
         self.push(" in ");
         self.push(&f.array.node);
+        if let Some(slice) = &f.slice {
+            self.push("[");
+            for (i, key) in slice.iter().enumerate() {
+                if i > 0 {
+                    self.push(", ");
+                }
+                self.expr(key);
+            }
+            self.push("]");
+        }
         if let Some(op) = &f.aggregate {
             self.push(" @");
             self.push(op.node.name());
@@ -410,11 +436,29 @@ impl Printer {
                 self.expr(b);
                 self.push(")");
             }
-            ExprKind::AtVar(name) => {
+            ExprKind::AtVar { name, module } => {
                 self.push("@var(");
                 self.string(&name.node);
+                if let Some(module) = module {
+                    self.push(", ");
+                    self.string(&module.node);
+                }
                 self.push(")");
             }
+            ExprKind::AtOperator { name, args } => {
+                self.push("@");
+                self.push(name);
+                self.push("(");
+                for (i, arg) in args.iter().enumerate() {
+                    if i > 0 {
+                        self.push(", ");
+                    }
+                    self.expr(arg);
+                }
+                self.push(")");
+            }
+            ExprKind::EmbeddedC => self.push("%{ ... %}"),
+            ExprKind::Wildcard => self.push("*"),
             ExprKind::Unary { op, operand } => {
                 self.push(match op {
                     UnaryOp::Neg => "-",

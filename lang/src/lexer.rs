@@ -87,7 +87,9 @@ pub enum Token {
     Catch,
 
     // Names and literals.
-    #[regex(r"[A-Za-z_][A-Za-z0-9_]*", |lex| lex.slice().to_string())]
+    /// A `$` may join name parts (`dtv$pointer$val`, as in stap), but a
+    /// trailing `$`/`$$` is the pretty-printing suffix of `->field$`.
+    #[regex(r"[A-Za-z_][A-Za-z0-9_]*(\$[A-Za-z0-9_]+)*", |lex| lex.slice().to_string())]
     Ident(String),
     #[regex(r"[0-9][A-Za-z0-9_]*", number)]
     Number(i64),
@@ -114,6 +116,14 @@ pub enum Token {
     AtChooseDefined,
     #[token("@var")]
     AtVar,
+    /// The other built-in `@` operators: `@const`, `@probewrite`, `@perf`,
+    /// `@kregister`, `@uregister` (the name without `@`).
+    #[token("@const", |_| "const".to_string())]
+    #[token("@probewrite", |_| "probewrite".to_string())]
+    #[token("@perf", |_| "perf".to_string())]
+    #[token("@kregister", |_| "kregister".to_string())]
+    #[token("@uregister", |_| "uregister".to_string())]
+    AtOperator(String),
     #[token("@count", |_| StatOp::Count)]
     #[token("@sum", |_| StatOp::Sum)]
     #[token("@min", |_| StatOp::Min)]
@@ -490,6 +500,7 @@ impl Token {
                 | Token::Decr
                 | Token::Dollar
                 | Token::DollarDollar
+                | Token::EmbeddedC
         )
     }
 
@@ -504,6 +515,7 @@ impl Token {
                 | Token::AtDefined
                 | Token::AtChooseDefined
                 | Token::AtVar
+                | Token::AtOperator(_)
                 | Token::AtStat(_)
                 | Token::AtName(_)
         )

@@ -8,7 +8,7 @@ use crate::ast::{
 };
 use crate::diag::Diagnostic;
 use crate::lexer::{self, LexError, PpToken, Token};
-use crate::preprocess::{PreprocessEnv, preprocess};
+use crate::preprocess::{MacroLibrary, PreprocessEnv, collect_macros, preprocess_with};
 use crate::source::{FileId, SourceMap, Span};
 use lalrpop_util::{ErrorRecovery, ParseError};
 
@@ -30,10 +30,34 @@ pub struct Parsed {
 
 /// Lexes, preprocesses and parses one file of the map. Never fails: returns what it could parse plus errors.
 pub fn parse_file(map: &SourceMap, file: FileId, env: &PreprocessEnv) -> Parsed {
+    parse_file_with(map, file, env, &MacroLibrary::default())
+}
+
+/// Reads a `.stpm` macro file into `library`; returns its diagnostics.
+pub fn parse_macro_file(
+    map: &SourceMap,
+    file: FileId,
+    env: &PreprocessEnv,
+    library: &mut MacroLibrary,
+) -> Vec<Diagnostic> {
     let text = map.get(file).text.as_str();
     let mut diags = Vec::new();
     let tokens = lex_for_parser(text, file, &mut diags);
-    let (tokens, pp_diags) = preprocess(&tokens, file, env);
+    diags.extend(collect_macros(&tokens, file, env, library));
+    diags
+}
+
+/// [`parse_file`] with the `.stpm` library's macros visible.
+pub fn parse_file_with(
+    map: &SourceMap,
+    file: FileId,
+    env: &PreprocessEnv,
+    library: &MacroLibrary,
+) -> Parsed {
+    let text = map.get(file).text.as_str();
+    let mut diags = Vec::new();
+    let tokens = lex_for_parser(text, file, &mut diags);
+    let (tokens, pp_diags) = preprocess_with(&tokens, file, env, library);
     diags.extend(pp_diags);
     let tokens = lexer::disambiguate(tokens);
 
@@ -114,6 +138,112 @@ fn lex_for_parser(text: &str, file: FileId, diags: &mut Vec<Diagnostic>) -> Vec<
 /// the body's place in the text, so the ends may come in either order.
 pub(crate) fn span(file: FileId, l: usize, r: usize) -> Span {
     Span::new(file, l.min(r), l.max(r))
+}
+
+/// A probe-point component as written, before brace sets whose
+/// alternatives carry `?`/`!` are expanded.
+pub(crate) enum RawComponent {
+    Named {
+        name: ast::Ident,
+        arg: Option<crate::source::Spanned<ast::Literal>>,
+    },
+    Alternatives(Vec<(Vec<RawComponent>, Option<(bool, bool)>)>, Span),
+}
+
+/// The points one written point stands for. A brace set stays one point
+/// (`kernel.{a, b}`) unless an alternative has its own `?` or `!`
+/// (`kernel.{trace("a")!, trace("b")}`): then, as stap does, the point
+/// becomes one point per alternative, in order, each with its own flags
+/// (or'ed with the whole point's).
+pub(crate) fn probe_points(
+    components: Vec<RawComponent>,
+    (optional, sufficient): (bool, bool),
+    condition: Option<Expr>,
+    span: Span,
+) -> Vec<ast::ProbePoint> {
+    let point = |components, (o, s): (bool, bool)| ast::ProbePoint {
+        components,
+        optional: optional || o,
+        sufficient: sufficient || s,
+        condition: condition.clone(),
+        span,
+    };
+    if !has_suffix(&components) {
+        return vec![point(plain(components), (false, false))];
+    }
+    expand_raw(components)
+        .into_iter()
+        .map(|(components, flags)| point(components, flags))
+        .collect()
+}
+
+fn has_suffix(components: &[RawComponent]) -> bool {
+    components.iter().any(|c| match c {
+        RawComponent::Named { .. } => false,
+        RawComponent::Alternatives(alts, _) => alts
+            .iter()
+            .any(|(alt, suffix)| suffix.is_some() || has_suffix(alt)),
+    })
+}
+
+fn plain(components: Vec<RawComponent>) -> Vec<ast::PointComponent> {
+    components
+        .into_iter()
+        .map(|c| match c {
+            RawComponent::Named { name, arg } => ast::PointComponent::Named { name, arg },
+            RawComponent::Alternatives(alts, span) => ast::PointComponent::Alternatives(
+                alts.into_iter().map(|(alt, _)| plain(alt)).collect(),
+                span,
+            ),
+        })
+        .collect()
+}
+
+/// Every sequence of plain components, with the flags its alternatives add.
+fn expand_raw(components: Vec<RawComponent>) -> Vec<(Vec<ast::PointComponent>, (bool, bool))> {
+    let mut out = vec![(Vec::new(), (false, false))];
+    for c in components {
+        match c {
+            RawComponent::Named { name, arg } => {
+                for (seq, _) in &mut out {
+                    seq.push(ast::PointComponent::Named {
+                        name: name.clone(),
+                        arg: arg.clone(),
+                    });
+                }
+            }
+            RawComponent::Alternatives(alts, _) => {
+                let tails: Vec<_> = alts
+                    .into_iter()
+                    .flat_map(|(alt, suffix)| {
+                        let (o, s) = suffix.unwrap_or((false, false));
+                        expand_raw(alt)
+                            .into_iter()
+                            .map(move |(seq, (o2, s2))| (seq, (o || o2, s || s2)))
+                    })
+                    .collect();
+                let mut next = Vec::new();
+                for (prefix, (o, s)) in &out {
+                    for (tail, (o2, s2)) in &tails {
+                        let mut seq = prefix.clone();
+                        seq.extend(tail.iter().cloned());
+                        next.push((seq, (*o || *o2, *s || *s2)));
+                    }
+                }
+                out = next;
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn global_items(private: bool, vars: Vec<ast::Global>) -> Vec<ast::Item> {
+    vars.into_iter()
+        .map(|mut g| {
+            g.private = private;
+            ast::Item::Global(g)
+        })
+        .collect()
 }
 
 pub(crate) fn binary(op: BinaryOp, lhs: Expr, rhs: Expr, span: Span) -> Expr {
@@ -276,6 +406,8 @@ const EXPRESSION_START: &[&str] = &[
     "\"@choose_defined\"",
     "\"@var\"",
     "AtStat",
+    "AtOperator",
+    "EmbeddedC",
 ];
 
 /// Keywords and punctuation that can start a statement (besides expressions).
@@ -416,6 +548,7 @@ fn terminal_words(name: &str) -> String {
         "BulkCtx" => "`$$vars`".into(),
         "AtStat" => "a statistic such as `@count`".into(),
         "EmbeddedC" => "`%{`".into(),
+        "AtOperator" => "an `@` operator such as `@const`".into(),
         "CallParen" => "`(`".into(),
         "IndexBracket" => "`[`".into(),
         "UnaryMinus" => "`-`".into(),

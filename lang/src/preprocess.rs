@@ -31,7 +31,12 @@ const SYSTEMTAP_VERSION: &str = "5.0";
 /// Deeper macro nesting than this is reported as an error, not expanded.
 const MAX_EXPANSION_DEPTH: usize = 64;
 /// `@` operators of the language, which a macro may not redefine.
-const BUILTIN_OPERATORS: [&str; 14] = [
+const BUILTIN_OPERATORS: [&str; 19] = [
+    "const",
+    "probewrite",
+    "perf",
+    "kregister",
+    "uregister",
     "cast",
     "entry",
     "defined",
@@ -48,7 +53,14 @@ const BUILTIN_OPERATORS: [&str; 14] = [
     "define",
 ];
 /// Names a condition may test, for "did you mean".
-const CONDITION_NAMES: [&str; 5] = ["kernel_v", "kernel_vr", "arch", "runtime", "systemtap_v"];
+const CONDITION_NAMES: [&str; 6] = [
+    "kernel_v",
+    "kernel_vr",
+    "arch",
+    "runtime",
+    "systemtap_v",
+    "systemtap_privilege",
+];
 
 /// Runs the preprocessor over one file's tokens.
 pub fn preprocess(
@@ -56,23 +68,69 @@ pub fn preprocess(
     file: FileId,
     env: &PreprocessEnv,
 ) -> (Vec<PpToken>, Vec<Diagnostic>) {
-    let mut pp = Preprocessor {
-        env,
-        file,
-        macros: HashMap::new(),
-        expanding: Vec::new(),
-        diags: Vec::new(),
-    };
+    preprocess_with(tokens, file, env, &MacroLibrary::default())
+}
+
+/// Runs the preprocessor over one file's tokens, with the macros of the
+/// `.stpm` library files visible (a macro the file defines itself wins).
+pub fn preprocess_with(
+    tokens: &[PpToken],
+    file: FileId,
+    env: &PreprocessEnv,
+    library: &MacroLibrary,
+) -> (Vec<PpToken>, Vec<Diagnostic>) {
+    let mut pp = Preprocessor::new(env, file, library, false);
     let mut out = Vec::with_capacity(tokens.len());
     pp.run(tokens, &HashMap::new(), &mut out);
     (out, pp.diags)
+}
+
+/// Reads the macros of one `.stpm` file into `library`, where every later
+/// file sees them (stap's macro library). Text outside `@define` is
+/// ignored, as stap ignores it.
+pub fn collect_macros(
+    tokens: &[PpToken],
+    file: FileId,
+    env: &PreprocessEnv,
+    library: &mut MacroLibrary,
+) -> Vec<Diagnostic> {
+    let mut pp = Preprocessor::new(env, file, library, true);
+    let mut out = Vec::new();
+    pp.run(tokens, &HashMap::new(), &mut out);
+    let Preprocessor { macros, diags, .. } = pp;
+    for (name, mut mac) in macros {
+        mac.library = true;
+        library.macros.insert(name, mac);
+    }
+    diags
+}
+
+/// The macros of the `.stpm` library files.
+#[derive(Clone, Default)]
+pub struct MacroLibrary {
+    macros: HashMap<String, Macro>,
+}
+
+impl MacroLibrary {
+    pub fn len(&self) -> usize {
+        self.macros.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.macros.is_empty()
+    }
 }
 
 #[derive(Clone)]
 struct Macro {
     params: Vec<String>,
     body: Vec<PpToken>,
-    span: Range<usize>,
+    /// Where it is defined (a library macro's file differs from the file
+    /// being preprocessed).
+    span: Span,
+    /// From a `.stpm` file: its body's byte ranges belong to another file,
+    /// so its tokens take the span of the use that expands them.
+    library: bool,
 }
 
 /// Macro parameters bound to their (already expanded) argument tokens.
@@ -82,12 +140,37 @@ struct Preprocessor<'e, 'a> {
     env: &'e PreprocessEnv<'a>,
     file: FileId,
     macros: HashMap<String, Macro>,
+    library: &'e MacroLibrary,
+    /// Reading a `.stpm` file: a `@define` of a built-in operator's name
+    /// (stap's library defines `@choose_defined`) is skipped, not an error.
+    library_mode: bool,
     /// Macros being expanded, innermost last, to catch recursion.
     expanding: Vec<String>,
     diags: Vec<Diagnostic>,
 }
 
-impl Preprocessor<'_, '_> {
+impl<'e, 'a> Preprocessor<'e, 'a> {
+    fn new(
+        env: &'e PreprocessEnv<'a>,
+        file: FileId,
+        library: &'e MacroLibrary,
+        library_mode: bool,
+    ) -> Self {
+        Preprocessor {
+            env,
+            file,
+            macros: HashMap::new(),
+            library,
+            library_mode,
+            expanding: Vec::new(),
+            diags: Vec::new(),
+        }
+    }
+
+    fn lookup(&self, name: &str) -> Option<&Macro> {
+        self.macros.get(name).or_else(|| self.library.macros.get(name))
+    }
+
     fn span(&self, range: &Range<usize>) -> Span {
         Span::new(self.file, range.start, range.end)
     }
@@ -108,12 +191,13 @@ impl Preprocessor<'_, '_> {
                     if let Some(bound) = params.get(name) {
                         push_expansion(out, bound, tok.newline_before);
                         i += 1;
-                    } else if self.macros.contains_key(name) {
+                    } else if self.lookup(name).is_some() {
                         i = self.expand(tokens, i, params, out);
                     } else {
                         let names: Vec<&str> = self
                             .macros
                             .keys()
+                            .chain(self.library.macros.keys())
                             .chain(params.keys())
                             .map(String::as_str)
                             .collect();
@@ -129,8 +213,14 @@ impl Preprocessor<'_, '_> {
                     }
                 }
                 Token::DollarArg(n) => {
-                    let token = self.numeric_argument(*n, &tok.span);
-                    out.push(stand_in(tok, token.unwrap_or(Token::Number(0))));
+                    match self.argument_tokens(*n, &tok.span) {
+                        Some(tokens) => {
+                            let tokens: Vec<PpToken> =
+                                tokens.into_iter().map(|t| stand_in(tok, t)).collect();
+                            push_expansion(out, &tokens, tok.newline_before);
+                        }
+                        None => out.push(stand_in(tok, Token::Number(0))),
+                    }
                     i += 1;
                 }
                 Token::AtArg(n) => {
@@ -178,18 +268,27 @@ impl Preprocessor<'_, '_> {
         found.map(String::as_str)
     }
 
-    fn numeric_argument(&mut self, n: u32, at: &Range<usize>) -> Option<Token> {
+    /// `$N` is the argument's text as script tokens, as in stap: a number
+    /// (`-5` too), but also a name or a whole probe point
+    /// (`probe $1 { }` with `'kernel.function("vfs_*")'`).
+    fn argument_tokens(&mut self, n: u32, at: &Range<usize>) -> Option<Vec<Token>> {
         let arg = self.argument(n, at, '$')?.to_string();
         let text = arg.trim();
         let (negative, digits) = match text.strip_prefix('-') {
             Some(rest) => (true, rest),
             None => (false, text.strip_prefix('+').unwrap_or(text)),
         };
-        match crate::lexer::parse_number(digits) {
-            Ok(v) => Some(Token::Number(if negative { v.wrapping_neg() } else { v })),
-            Err(_) => {
-                let d = Diagnostic::error(format!("argument ${n} is not a number"))
-                    .at(self.span(at), format!("the argument is \"{arg}\""))
+        // A signed number stays one token, so `x = $1` keeps its value.
+        if let Ok(v) = crate::lexer::parse_number(digits) {
+            return Some(vec![Token::Number(if negative { v.wrapping_neg() } else { v })]);
+        }
+        let lexed = crate::lexer::lex(text);
+        let tokens: Result<Vec<Token>, _> = lexed.into_iter().map(|l| l.token).collect();
+        match tokens {
+            Ok(tokens) if !tokens.is_empty() => Some(tokens),
+            _ => {
+                let d = Diagnostic::error(format!("argument ${n} is not script text"))
+                    .at(self.span(at), format!("the argument is `{arg}`"))
                     .note(format!("help: use @{n} for the argument as a string"));
                 self.diags.push(d);
                 None
@@ -202,6 +301,13 @@ impl Preprocessor<'_, '_> {
         let define_span = tokens[start].span.clone();
         let mut i = start + 1;
         let name = match tokens.get(i).and_then(|t| word(&t.token)) {
+            Some(name) if BUILTIN_OPERATORS.contains(&name.as_str()) && self.library_mode => {
+                // Built into the language here; skip the library's version.
+                return match tokens.iter().skip(i).position(|t| t.token == Token::PpOpen) {
+                    Some(open) => matching_close(tokens, i + open).map_or(tokens.len(), |c| c + 1),
+                    None => tokens.len(),
+                };
+            }
             Some(name) if BUILTIN_OPERATORS.contains(&name.as_str()) => {
                 let at = tokens[i].span.clone();
                 self.error(
@@ -274,15 +380,24 @@ impl Preprocessor<'_, '_> {
             );
             return tokens.len();
         };
-        let span = define_span.start..tokens[close].span.end;
+        let span = self.span(&(define_span.start..tokens[close].span.end));
         let body = tokens[body_start..close].to_vec();
         if let Some(previous) = self.macros.get(&name) {
             let d = Diagnostic::error(format!("macro `@{name}` is defined twice"))
                 .at(self.span(&name_span), "defined again here")
-                .also(self.span(&previous.span), "first defined here");
+                .also(previous.span, "first defined here");
             self.diags.push(d);
         }
-        self.macros.insert(name, Macro { params, body, span });
+        let library = false;
+        self.macros.insert(
+            name,
+            Macro {
+                params,
+                body,
+                span,
+                library,
+            },
+        );
         close + 1
     }
 
@@ -298,7 +413,7 @@ impl Preprocessor<'_, '_> {
         let Token::AtName(name) = &use_tok.token else {
             return start + 1;
         };
-        let Some(mac) = self.macros.get(name).cloned() else {
+        let Some(mut mac) = self.lookup(name).cloned() else {
             return start + 1;
         };
         let mut i = start + 1;
@@ -326,7 +441,7 @@ impl Preprocessor<'_, '_> {
                     args.len()
                 ))
                 .at(self.span(&use_tok.span), "in this use")
-                .also(self.span(&mac.span), "defined here");
+                .also(mac.span, "defined here");
                 self.diags.push(d);
                 out.push(stand_in(use_tok, Token::Number(0)));
                 return i;
@@ -360,6 +475,11 @@ impl Preprocessor<'_, '_> {
             let mut expanded = Vec::new();
             self.run(&arg, params, &mut expanded);
             bindings.insert(param.clone(), expanded);
+        }
+        if mac.library {
+            for t in &mut mac.body {
+                t.span = use_tok.span.clone();
+            }
         }
         let mut body = Vec::new();
         self.expanding.push(name.clone());
@@ -670,13 +790,15 @@ impl<'p, 'e, 'a> Condition<'p, 'e, 'a> {
                 "arch" => Value::Text(env.arch.clone()),
                 "runtime" => Value::Text(RUNTIME.to_string()),
                 "systemtap_v" => Value::Version(SYSTEMTAP_VERSION.to_string()),
+                // stap-rs runs as root with every privilege stap's stapdev has.
+                "systemtap_privilege" => Value::Text("stapdev".to_string()),
                 config if config.starts_with("CONFIG_") => Value::Config((env.config)(config)),
                 other => {
                     return Err(Diagnostic::error(format!(
                         "unknown preprocessor condition `{other}`"
                     ))
                     .at(self.pp.span(&at), "not a name a condition can test")
-                    .note("conditions can test kernel_v, kernel_vr, arch, runtime, systemtap_v, CONFIG_*, $# and @#")
+                    .note("conditions can test kernel_v, kernel_vr, arch, runtime, systemtap_v, systemtap_privilege, CONFIG_*, $# and @#")
                     .suggest(other, CONDITION_NAMES));
                 }
             },

@@ -137,6 +137,7 @@ fn with_ops(regs: Vec<ValType>, ops: Vec<Op>) -> (Module, SourceMap) {
         insts: ops.into_iter().map(|op| ir::Inst { op, span }).collect(),
         term: Term::Return(None),
         term_span: span,
+        catch: None,
     }];
     (module, s.map)
 }

@@ -7,7 +7,9 @@
 //! diagnosed (the verifier cannot bound it anyway).
 
 use crate::diag::Diagnostic;
-use crate::ir::{Block, BlockId, Failure, Function, Inst, Module, Op, PrintArg, Reg, Term};
+use crate::ir::{
+    Block, BlockId, Catch, Failure, Function, Inst, Module, Op, PrintArg, Reg, Term,
+};
 
 /// Nested inlining depth (stap's MAXNESTING is 10).
 pub const MAX_DEPTH: u32 = 10;
@@ -88,6 +90,9 @@ fn splice(
     let rest_term = std::mem::replace(&mut caller.term, Term::Jump(block(BlockId(0))));
     let rest_span = caller.term_span;
     caller.term_span = call.span;
+    // Inside the caller's `try`, the callee's errors go to its handler too
+    // (a callee's own `try` stays innermost).
+    let call_catch = caller.catch;
 
     for callee_block in &callee.blocks {
         let mut insts: Vec<Inst> = callee_block
@@ -128,12 +133,20 @@ fn splice(
             insts,
             term,
             term_span: callee_block.term_span,
+            catch: callee_block
+                .catch
+                .map(|c| Catch {
+                    handler: block(c.handler),
+                    message: c.message.map(reg),
+                })
+                .or(call_catch),
         });
     }
     out.blocks.push(Block {
         insts: tail,
         term: rest_term,
         term_span: rest_span,
+        catch: call_catch,
     });
 }
 

@@ -133,6 +133,7 @@ impl Builder {
             insts: std::mem::take(&mut self.insts),
             term,
             term_span: self.span,
+            catch: None,
         });
     }
 

@@ -189,6 +189,19 @@ pub struct Block {
     pub insts: Vec<Inst>,
     pub term: Term,
     pub term_span: Span,
+    /// Inside `try`: a run-time error anywhere in this block (an
+    /// instruction, a called function, or its `Term::Fail`) goes to the
+    /// handler instead of ending the handler and counting towards
+    /// MAXERRORS.
+    pub catch: Option<Catch>,
+}
+
+/// Where a block's run-time errors go (see [`Block::catch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Catch {
+    pub handler: BlockId,
+    /// `catch (msg)`: set to stap's error text before the handler runs.
+    pub message: Option<Reg>,
 }
 
 /// One instruction and the script span it came from (for `--dump`

@@ -6,7 +6,7 @@
 use super::Placement;
 use super::{BinOp, Constant};
 use super::{
-    Block, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg, Sort,
+    Block, Catch, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg, Sort,
     SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
 };
 use crate::ast_print::quote_string;
@@ -287,7 +287,23 @@ impl Printer<'_> {
     }
 
     fn block(&self, out: &mut String, index: usize, block: &Block) {
-        let _ = writeln!(out, "  bb{index}:");
+        match block.catch {
+            None => {
+                let _ = writeln!(out, "  bb{index}:");
+            }
+            Some(Catch {
+                handler,
+                message: None,
+            }) => {
+                let _ = writeln!(out, "  bb{index}: (errors -> bb{})", handler.0);
+            }
+            Some(Catch {
+                handler,
+                message: Some(m),
+            }) => {
+                let _ = writeln!(out, "  bb{index}: (errors -> bb{}, text in r{})", handler.0, m.0);
+            }
+        }
         for Inst { op, span } in &block.insts {
             self.line(out, &self.op(op), *span);
         }

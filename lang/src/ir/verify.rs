@@ -128,6 +128,12 @@ impl<'m, 'e> FunctionCheck<'m, 'e> {
         }
         self.at = At::Term(b);
         self.term(&block.term);
+        if let Some(catch) = block.catch {
+            self.target(catch.handler);
+            if let Some(message) = catch.message {
+                self.reg(message, ValType::Str, "catch message");
+            }
+        }
     }
 
     fn term(&mut self, term: &Term) {

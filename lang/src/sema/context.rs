@@ -284,7 +284,14 @@ impl BodyLowerer<'_, '_> {
                 let ty = v.ty;
                 Some((AccessBase::Var(v), Cursor::Value(ty)))
             }
-            ast::ExprKind::AtVar(name) => {
+            ast::ExprKind::AtVar { name, module } => {
+                if let Some(module) = module {
+                    self.error(
+                        Diagnostic::unsupported("@var of a variable in a module", module.span)
+                            .note("BTF has no types for kernel global variables"),
+                    );
+                    return None;
+                }
                 // `@var("name@file")`: the file part needs DWARF; the name is enough here.
                 let bare = name.node.split('@').next().unwrap_or_default();
                 let v = self.context_var(bare, name.span)?;

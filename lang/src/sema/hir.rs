@@ -368,6 +368,13 @@ pub enum StmtKind {
     Return(Option<Expr>),
     Delete(Delete),
     Empty,
+    /// `try { body } catch [(message)] { handler }`.
+    Try {
+        body: Block,
+        /// A string local set to the error's text.
+        message: Option<LocalId>,
+        handler: Block,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

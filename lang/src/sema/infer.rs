@@ -464,6 +464,17 @@ impl State<'_> {
                 let g = *global;
                 self.keys_of(g, keys);
             }
+            StmtKind::Try {
+                body,
+                message,
+                handler,
+            } => {
+                self.block(body);
+                if let Some(m) = message {
+                    self.unify(self.local(*m), Type::String, s.span);
+                }
+                self.block(handler);
+            }
             StmtKind::Return(None)
             | StmtKind::Delete(_)
             | StmtKind::Break

@@ -115,13 +115,12 @@ pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::
     let body = match &f.body {
         ast::FunctionBody::Block(b) => lowerer.block(b),
         ast::FunctionBody::EmbeddedC(span) => {
-            lowerer.elab.error(Diagnostic::unsupported(
-                format!(
-                    "embedded C (`%{{ %}}`) as the body of function `{}`",
-                    f.name.node
-                ),
-                *span,
-            ));
+            let what = format!(
+                "embedded C (`%{{ %}}`) as the body of function `{}`",
+                f.name.node
+            );
+            let d = lowerer.elab.guru_refusal(&what, *span);
+            lowerer.elab.error(d);
             hir::Block {
                 stmts: Vec::new(),
                 span: *span,
@@ -463,17 +462,31 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             },
             A::Empty => StmtKind::Empty,
             A::EmbeddedC => {
-                self.error(Diagnostic::unsupported(
-                    "embedded C (`%{ %}`) in a statement",
-                    s.span,
-                ));
+                let d = self
+                    .elab
+                    .guru_refusal("embedded C (`%{ %}`) in a statement", s.span);
+                self.error(d);
                 StmtKind::Empty
+            }
+            A::Try { body, var, handler } => {
+                let body = self.block(body);
+                let message = var.as_ref().map(|v| self.binding(v));
+                StmtKind::Try {
+                    body,
+                    message,
+                    handler: self.block(handler),
+                }
             }
         };
         Stmt { kind, span: s.span }
     }
 
     fn foreach(&mut self, f: &ast::Foreach) -> Option<hir::Foreach> {
+        if let Some(slice) = &f.slice {
+            let span = slice.first().map_or(f.array.span, |k| k.span);
+            self.error(Diagnostic::unsupported("foreach over an array slice", span));
+            return None;
+        }
         let global = self.array(&f.array, f.keys.len())?;
         let value = f.value.as_ref().map(|v| self.binding(v));
         let keys = f.keys.iter().map(|(k, _)| self.binding(k)).collect();
@@ -539,11 +552,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             ast::ExprKind::Context(_)
             | ast::ExprKind::Member { .. }
             | ast::ExprKind::Cast { .. }
-            | ast::ExprKind::AtVar(_) => {
-                self.error(Diagnostic::unsupported(
-                    "writing to kernel memory (guru mode)",
-                    e.span,
-                ));
+            | ast::ExprKind::AtVar { .. } => {
+                let d = self.elab.guru_refusal("writing to kernel memory", e.span);
+                self.error(d);
                 invalid(e.span)
             }
             ast::ExprKind::Error => invalid(e.span),
@@ -571,8 +582,35 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     None => ExprKind::Invalid,
                 }
             }
-            A::Context(_) | A::Member { .. } | A::Cast { .. } | A::AtVar(_) | A::AddressOf(_) => {
+            A::Context(_)
+            | A::Member { .. }
+            | A::Cast { .. }
+            | A::AtVar { .. }
+            | A::AddressOf(_) => {
                 return self.context_expr(e);
+            }
+            A::EmbeddedC => {
+                let d = self
+                    .elab
+                    .guru_refusal("embedded C (`%{ %}`) in an expression", span);
+                self.error(d);
+                return invalid(span);
+            }
+            A::Wildcard => {
+                self.error(Diagnostic::unsupported("array slices (`*` as a key)", span));
+                return invalid(span);
+            }
+            A::AtOperator { name, .. } => {
+                let why = match name.as_str() {
+                    "const" => "its value comes from kernel headers through embedded C",
+                    "perf" => "perf counters bound to a probe are not implemented",
+                    "probewrite" => "not implemented",
+                    _ => "reading registers is not implemented",
+                };
+                self.error(
+                    Diagnostic::unsupported(format!("@{name}"), span).note(why.to_string()),
+                );
+                return invalid(span);
             }
             A::Call { name, args } => return self.call(name, args, span),
             A::Stat { op, operand, args } => ExprKind::Stat {

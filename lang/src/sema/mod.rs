@@ -35,6 +35,12 @@ pub struct ElabOptions {
     pub global_overrides: Vec<(String, String)>,
     /// --kernel-probes: how kernel.function probes attach.
     pub kernel_probes: KernelProbes,
+    /// -g: guru mode. Constructs that need it (embedded C, writes to kernel
+    /// memory) are then refused for what they are, not for lacking -g.
+    pub guru: bool,
+    /// --skip-badvars: a context variable that cannot be resolved reads
+    /// as 0 (or ""), as in stap, instead of being an error.
+    pub skip_badvars: bool,
 }
 
 /// The mechanism kernel.function probes use (`--kernel-probes`).
@@ -60,6 +66,8 @@ pub fn elaborate(
 ) -> (Option<Program>, Vec<Diagnostic>) {
     let mut elab = Elaborator::new(facts, tapsets);
     elab.kernel_probes = opts.kernel_probes;
+    elab.guru = opts.guru;
+    elab.skip_badvars = opts.skip_badvars;
     for file in user {
         elab.add_file(file, false);
     }

@@ -375,6 +375,19 @@ impl Printer<'_> {
                 self.line(&format!("delete {text}"));
             }
             StmtKind::Empty => self.line(";"),
+            StmtKind::Try {
+                body,
+                message,
+                handler,
+            } => {
+                self.line("try");
+                self.block(body, locals);
+                match message {
+                    Some(m) => self.line(&format!("catch ({})", locals[m.0 as usize].name)),
+                    None => self.line("catch"),
+                }
+                self.block(handler, locals);
+            }
         }
     }
 

@@ -60,6 +60,13 @@ pub(crate) struct Elaborator<'a> {
     pub pending_probes: Vec<PendingProbe<'a>>,
     /// `--kernel-probes`: how kernel.function probes attach.
     pub kernel_probes: super::KernelProbes,
+    /// -g (see `ElabOptions::guru`).
+    pub guru: bool,
+    /// The files of the user's script (tapset code is privileged: its
+    /// embedded C needs no -g in stap).
+    pub user_files: hashbrown::HashSet<crate::source::FileId>,
+    /// --skip-badvars (see `ElabOptions::skip_badvars`).
+    pub skip_badvars: bool,
 }
 
 /// The dotted name of an alias or a plain probe point (`tcp.sendmsg`), or
@@ -115,6 +122,9 @@ impl<'a> Elaborator<'a> {
             aliases: Vec::new(),
             pending_probes: Vec::new(),
             kernel_probes: super::KernelProbes::Auto,
+            guru: false,
+            user_files: Default::default(),
+            skip_badvars: false,
         }
     }
 
@@ -125,6 +135,16 @@ impl<'a> Elaborator<'a> {
     /// Registers every definition of one file.
     pub fn add_file(&mut self, file: &'a ast::File, from_tapset: bool) {
         for item in &file.items {
+            if !from_tapset {
+                let span = match item {
+                    ast::Item::Global(g) => g.span,
+                    ast::Item::Function(f) => f.span,
+                    ast::Item::Probe(p) => p.span,
+                    ast::Item::Alias(a) => a.span,
+                    ast::Item::EmbeddedC(span) => *span,
+                };
+                self.user_files.insert(span.file);
+            }
             match item {
                 ast::Item::Global(g) => self.add_global(g, from_tapset),
                 ast::Item::Function(f) => self.add_function(f, from_tapset),
@@ -140,10 +160,32 @@ impl<'a> Elaborator<'a> {
                         }
                     }
                 }
+                // A tapset's top-level C (headers, helpers) only serves its
+                // embedded-C functions, which are refused where they are used.
+                ast::Item::EmbeddedC(_) if from_tapset => {}
                 ast::Item::EmbeddedC(span) => {
-                    self.error(Diagnostic::unsupported("embedded C (`%{ %}`)", *span))
+                    let d = self.guru_refusal("embedded C (`%{ %}`)", *span);
+                    self.error(d)
                 }
             }
+        }
+    }
+
+    /// The error for a construct that needs guru mode: without `-g` it
+    /// says so; with `-g` it says why this runtime still cannot do it.
+    pub fn guru_refusal(&self, what: &str, span: Span) -> Diagnostic {
+        if self.guru || !self.user_files.contains(&span.file) {
+            let why = if what.contains("embedded C") {
+                "a BPF runtime cannot run C code"
+            } else {
+                "BPF programs cannot write kernel memory"
+            };
+            let context = if self.guru { "guru mode is on" } else { "it is tapset code" };
+            Diagnostic::unsupported(what, span).note(format!("{context}, but {why}"))
+        } else {
+            Diagnostic::error(format!("{what} requires guru mode (-g)"))
+                .at(span, "needs guru mode")
+                .note("stap runs this only with -g")
         }
     }
 

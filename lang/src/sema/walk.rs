@@ -54,6 +54,10 @@ pub(crate) fn stmt(s: &mut Stmt, f: &mut dyn FnMut(Node<'_>)) {
             stmt(&mut fe.body, f);
         }
         StmtKind::Return(Some(e)) => expr(e, f),
+        StmtKind::Try { body, handler, .. } => {
+            block(body, f);
+            block(handler, f);
+        }
         StmtKind::Delete(Delete::Global(g)) => f(Node::Global(*g)),
         StmtKind::Delete(Delete::Element { global, keys }) => {
             f(Node::Global(*global));

@@ -421,9 +421,8 @@ pub unsafe extern "C" fn stap_iter_start(
         }
     };
     let mut order = sorted(&elements, sort_by, sort_arg, descending != 0);
-    if limit >= 0 {
-        order.truncate(limit as usize);
-    }
+    // stap: `limit N` with N <= 0 runs no iterations.
+    order.truncate(usize::try_from(limit.max(0)).unwrap_or(usize::MAX));
     // Sorting indices moves a few bytes per swap rather than whole
     // elements; the elements then move into loop order in one pass, a
     // tight loop whose scattered reads overlap (spread over the loop

@@ -469,7 +469,8 @@ impl FnTranslator<'_> {
                 let desc = iconst(b, sort.is_some_and(|s| s.descending) as i64);
                 let limit = match limit {
                     Some(r) => self.get(b, *r),
-                    None => iconst(b, -1),
+                    // No `limit`: every element.
+                    None => iconst(b, i64::MAX),
                 };
                 let handle = self
                     .call(b, "stap_iter_start", &[g, by, arg, desc, limit])

@@ -6,18 +6,22 @@
 //! (the BPF verifier refuses unreachable instructions) and gives every
 //! block that falls off the end a return.
 
-use crate::ir::{Block, BlockId, Inst, Op, Reg, StrId, Term, ValType};
+use crate::ir::{Block, BlockId, Catch, Inst, Op, Reg, StrId, Term, ValType};
 use crate::source::Span;
 
 struct OpenBlock {
     insts: Vec<Inst>,
     term: Option<(Term, Span)>,
+    catch: Option<Catch>,
 }
 
 pub(crate) struct Body {
     regs: Vec<ValType>,
     blocks: Vec<OpenBlock>,
     current: BlockId,
+    /// The enclosing `try`s, innermost last: blocks made meanwhile send
+    /// their errors to the innermost one's handler.
+    catches: Vec<Catch>,
 }
 
 impl Body {
@@ -27,9 +31,20 @@ impl Body {
             blocks: vec![OpenBlock {
                 insts: Vec::new(),
                 term: None,
+                catch: None,
             }],
             current: BlockId(0),
+            catches: Vec::new(),
         }
+    }
+
+    /// Blocks made from now on (until `pop_catch`) are inside a `try`.
+    pub fn push_catch(&mut self, catch: Catch) {
+        self.catches.push(catch);
+    }
+
+    pub fn pop_catch(&mut self) {
+        self.catches.pop();
     }
 
     pub fn reg(&mut self, ty: ValType) -> Reg {
@@ -68,6 +83,7 @@ impl Body {
         self.blocks.push(OpenBlock {
             insts: Vec::new(),
             term: None,
+            catch: self.catches.last().copied(),
         });
         BlockId(self.blocks.len() as u32 - 1)
     }
@@ -167,6 +183,10 @@ impl Body {
                     insts: block.insts,
                     term,
                     term_span,
+                    catch: block.catch.map(|c| Catch {
+                        handler: new_id(c.handler),
+                        message: c.message,
+                    }),
                 })
             })
             .collect();
@@ -186,6 +206,7 @@ impl Body {
                     OpenBlock {
                         insts,
                         term: Some((Term::Jump(next), _)),
+                        ..
                     } if insts.is_empty() && *next != at => at = *next,
                     _ => break,
                 }
@@ -227,6 +248,9 @@ impl Body {
                 continue;
             }
             seen[b] = true;
+            if let Some(catch) = self.blocks[b].catch {
+                work.push(catch.handler.0 as usize);
+            }
             match &self.blocks[b].term {
                 Some((Term::Jump(t), _)) => work.push(t.0 as usize),
                 Some((

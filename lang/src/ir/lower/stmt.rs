@@ -82,6 +82,29 @@ impl FnLowering<'_, '_> {
             StmtKind::Return(value) => self.return_stmt(value.as_ref(), span),
             StmtKind::Delete(d) => self.delete(d, span),
             StmtKind::Empty => {}
+            StmtKind::Try {
+                body,
+                message,
+                handler,
+            } => {
+                // The handler and the join are made outside the `try`, so
+                // an error in the handler goes to the enclosing one.
+                let handler_block = self.body.new_block();
+                let join = self.body.new_block();
+                self.body.push_catch(crate::ir::Catch {
+                    handler: handler_block,
+                    message: message.map(|m| self.local_regs[m.0 as usize]),
+                });
+                let body_block = self.body.new_block();
+                self.body.jump_to(body_block, span);
+                self.block(body);
+                // Leaves the `try` with a block made outside it.
+                self.body.pop_catch();
+                self.body.jump_to(join, span);
+                self.body.switch_to(handler_block);
+                self.block(handler);
+                self.body.jump_to(join, span);
+            }
         }
     }
 

@@ -24,6 +24,7 @@ fn block(ops: Vec<Op>, term: Term) -> Block {
             .collect(),
         term,
         term_span: Span::default(),
+        catch: None,
     }
 }
 

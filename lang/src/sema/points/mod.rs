@@ -359,6 +359,9 @@ impl<'a> Elaborator<'a> {
                 } else {
                     r.prologues.push(&alias.body);
                 }
+                if let Some(after) = &alias.after {
+                    r.epilogues.insert(0, after);
+                }
                 r.span = span;
                 out.push(r);
             }
