@@ -71,6 +71,7 @@ pub fn run(
         command: args.command.clone(),
         target_pid: args.target_pid,
         suppress_errors: args.suppress_handler_errors,
+        quiet_errors: args.suppress_handler_errors,
     };
     let run_host = |probe: usize, rt: &mut HostRuntime| -> Result<(), RuntimeError> {
         host.run_probe(probe, rt)

@@ -303,6 +303,14 @@ pub(crate) fn bulk_context(
         "parms" => BulkContext::Parms,
         "locals" => BulkContext::Locals,
         "return" => BulkContext::Return,
+        // A marker's name and provider (`process.mark` and plt probes):
+        // looked up like any context variable, which says where they exist.
+        "name" | "provider" if pretty.is_none() => {
+            return Expr {
+                kind: ExprKind::Context(ContextVar::Named(format!("${name}"))),
+                span,
+            };
+        }
         _ => {
             diags.push(
                 Diagnostic::error(format!("unknown context variable list `$${name}`")).at(

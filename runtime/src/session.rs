@@ -70,9 +70,13 @@ pub struct Settings {
     pub command: Option<String>,
     /// `-x PID`.
     pub target_pid: Option<i32>,
-    /// `--suppress-handler-errors`: errors are reported and counted but
-    /// never end the session.
+    /// Errors are counted but never end the session (the interactive
+    /// session, `--suppress-handler-errors`).
     pub suppress_errors: bool,
+    /// `--suppress-handler-errors`: errors are not printed either, as if
+    /// every handler were in `try { } catch { }` (the count still shows
+    /// at the end).
+    pub quiet_errors: bool,
 }
 
 /// The two compiled halves of one script.
@@ -380,6 +384,7 @@ static LIVE_SETTINGS: Settings = Settings {
     command: None,
     target_pid: None,
     suppress_errors: true,
+    quiet_errors: false,
 };
 
 /// One ring buffer and the module its records are decoded with.
@@ -547,7 +552,10 @@ impl Session<'_> {
     /// MAXERRORS the session ends with error probes instead of end probes.
     fn report_error(&mut self, message: &str, at: Option<(&SourceMap, Span)>) {
         let _ = self.runtime.output.flush();
+        // --suppress-handler-errors: quiet, as if in `try { } catch { }`;
+        // the count still shows at the end.
         match at {
+            _ if self.settings.quiet_errors => {}
             Some((sources, span)) => eprintln!("ERROR: {message} {}", near(sources, span)),
             None => eprintln!("ERROR: {message}"),
         }

@@ -93,6 +93,22 @@ pub const ERROR_POSITION: u32 = 12;
 /// The payload bytes of an error's span.
 pub const ERROR_SPAN_BYTES: u32 = 16;
 
+/// The text a kernel-side `catch (msg)` receives for an error of `kind`
+/// (the host's wording, without a fault's address).
+pub fn error_text(kind: u32) -> &'static str {
+    match kind {
+        ERROR_DIVISION_BY_ZERO => "division by zero",
+        ERROR_MAXACTION => "MAXACTION exceeded",
+        ERROR_KERNEL_READ => "kernel read fault",
+        ERROR_USER_READ => "user read fault",
+        ERROR_KERNEL_STRING => "kernel string copy fault",
+        ERROR_USER_STRING => "user string copy fault",
+        ERROR_EMPTY_AGGREGATE => "empty aggregate",
+        ERROR_TOO_MANY_CPUS => "too many CPUs",
+        _ => "error",
+    }
+}
+
 pub fn symbol_tag(how: SymbolText) -> u32 {
     match how {
         SymbolText::Name => TAG_SYMNAME,

@@ -218,6 +218,14 @@ fn liveness(function: &Function) -> (Vec<RegSet>, Vec<RegSet>) {
                 new_in.remove(reg);
             }
             new_in.union_with(&gen_sets[b]);
+            // Inside `try`, any instruction may go to the handler: what the
+            // handler needs is live through the whole block.
+            if let Some(catch) = function.blocks[b].catch
+                && let Some(handler_in) = live_in.get(catch.handler.0 as usize).cloned()
+            {
+                live_out[b].union_with(&handler_in);
+                new_in.union_with(&handler_in);
+            }
             changed |= live_in[b].union_with(&new_in);
         }
     }

@@ -76,7 +76,26 @@ impl BodyLowerer<'_, '_> {
     }
 
     /// `$x`, `$x->f`, `@cast(...)->f`, `&...`, `$$vars`, `@var("x")`.
+    /// With --skip-badvars one that cannot be resolved reads as 0, and its
+    /// errors become warnings (stap substitutes 0 without an error).
     pub(crate) fn context_expr(&mut self, e: &ast::Expr) -> Expr {
+        if !self.elab.skip_badvars {
+            return self.resolve_context_expr(e);
+        }
+        let before = self.elab.diags.len();
+        let resolved = self.resolve_context_expr(e);
+        let failed = self.elab.diags[before..].iter().any(Diagnostic::is_error);
+        if !matches!(resolved.kind, ExprKind::Invalid) || !failed {
+            return resolved;
+        }
+        for d in &mut self.elab.diags[before..] {
+            d.severity = crate::diag::Severity::Warning;
+            d.notes.push("--skip-badvars: it reads as 0".into());
+        }
+        typed(ExprKind::Long(0), Type::Long, e.span)
+    }
+
+    fn resolve_context_expr(&mut self, e: &ast::Expr) -> Expr {
         let (inner, address_of) = match &e.kind {
             ast::ExprKind::AddressOf(inner) => (inner.as_ref(), true),
             _ => (e, false),

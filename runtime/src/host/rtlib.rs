@@ -58,6 +58,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("stap_exit", stap_exit as *const u8),
         ("stap_tick", stap_tick as *const u8),
         ("stap_enter", stap_enter as *const u8),
+        ("stap_catch", stap_catch as *const u8),
         ("stap_leave", stap_leave as *const u8),
         ("stap_fail_div0", stap_fail_div0 as *const u8),
         ("stap_fail_msg", stap_fail_msg as *const u8),
@@ -802,6 +803,9 @@ pub unsafe extern "C" fn stap_enter(rt: *mut HostRuntime) {
     let rt = unsafe { runtime(rt) };
     rt.depth += 1;
     if rt.depth > MAX_NESTING {
+        // The call does not happen (nor its `stap_leave`): a `catch` goes
+        // on at this depth.
+        rt.depth -= 1;
         rt.fail(RuntimeError::MaxNesting);
     }
 }
@@ -820,6 +824,20 @@ pub unsafe extern "C" fn stap_leave(rt: *mut HostRuntime) {
 pub unsafe extern "C" fn stap_fail_div0(rt: *mut HostRuntime) {
     // SAFETY: JIT code passes its runtime pointer.
     unsafe { runtime(rt) }.fail(RuntimeError::DivisionByZero);
+}
+
+/// Entering a `catch`: the error is handled, so it is neither reported
+/// nor counted; returns its text (for `catch (msg)`).
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_catch(rt: *mut HostRuntime) -> StrHandle {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    rt.failed = 0;
+    rt.error_span = None;
+    let text = rt.error.take().map(|e| e.to_string()).unwrap_or_default();
+    rt.new_str(text.into_bytes())
 }
 
 /// `error(msg)`.

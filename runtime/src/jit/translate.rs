@@ -54,6 +54,7 @@ const IMPORTS: &[(&str, usize, bool)] = &[
     ("stap_fail_div0", 0, false),
     ("stap_fail_msg", 1, false),
     ("stap_fail_at", 3, false),
+    ("stap_catch", 0, true),
 ];
 
 /// `(rt, params...) -> ret`.
@@ -137,6 +138,7 @@ impl<'a> Translator<'a> {
             rt: Variable::from_u32(0),
             bail: None,
             span: Span::default(),
+            on_failure: None,
         };
         fx.translate(&mut b)?;
         b.seal_all_blocks();
@@ -163,6 +165,9 @@ struct FnTranslator<'m> {
     bail: Option<Block>,
     /// The span of the operation being translated.
     span: Span,
+    /// Where a failure in the block being translated goes: `bail`, or
+    /// inside `try` the landing that enters its `catch`.
+    on_failure: Option<Block>,
 }
 
 impl FnTranslator<'_> {
@@ -207,6 +212,10 @@ impl FnTranslator<'_> {
         b.ins().jump(first, &[]);
 
         for (i, block) in self.f.blocks.iter().enumerate() {
+            // A block inside `try` fails to a landing that takes the error
+            // and jumps to the handler.
+            let landing = block.catch.map(|_| b.create_block());
+            self.on_failure = landing.or(self.bail);
             b.switch_to_block(self.blocks[i]);
             for inst in &block.insts {
                 self.span = inst.span;
@@ -214,6 +223,17 @@ impl FnTranslator<'_> {
             }
             self.span = block.term_span;
             self.term(b, &block.term)?;
+            if let (Some(landing), Some(catch)) = (landing, block.catch) {
+                b.switch_to_block(landing);
+                let text = self.call(b, "stap_catch", &[]);
+                if let (Some(reg), Some(text)) = (catch.message, text) {
+                    self.set(b, reg, text);
+                }
+                let handler = self.blocks.get(catch.handler.0 as usize).copied().ok_or_else(
+                    || JitError::new(format!("{}: catch to a missing block", self.f.name)),
+                )?;
+                b.ins().jump(handler, &[]);
+            }
         }
 
         b.switch_to_block(bail);
@@ -274,9 +294,10 @@ impl FnTranslator<'_> {
         b.ins().brif(failed, failing, &[], cont, &[]);
         b.switch_to_block(failing);
         self.record_span(b);
-        match self.bail {
-            Some(bail) => {
-                b.ins().jump(bail, &[]);
+        // Inside `try`, on to the landing that enters the `catch`.
+        match self.on_failure.or(self.bail) {
+            Some(target) => {
+                b.ins().jump(target, &[]);
             }
             None => self.return_default(b),
         }
@@ -646,7 +667,12 @@ impl FnTranslator<'_> {
                     }
                 }
                 self.record_span(b);
-                self.return_default(b);
+                match self.on_failure.filter(|f| Some(*f) != self.bail) {
+                    Some(landing) => {
+                        b.ins().jump(landing, &[]);
+                    }
+                    None => self.return_default(b),
+                }
             }
         }
         Ok(())

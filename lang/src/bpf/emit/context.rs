@@ -88,8 +88,7 @@ impl Emitter<'_> {
         } else {
             records::ERROR_KERNEL_READ
         };
-        self.error_record(kind, Some(addr));
-        self.goto(self.epilogue);
+        self.fail(kind, Some(addr));
         self.bind(ok);
         self.push(Insn::load(width, R0, FP, FRAME_TMP));
         if signed {
@@ -317,11 +316,7 @@ impl Emitter<'_> {
                 let Some(message) = args.first().copied() else {
                     return;
                 };
-                self.explicit_error(message);
-                // A conditional jump keeps the rest of the block reachable
-                // in the verifier's CFG check; it is always taken.
-                self.push(Insn::mov_imm(R0, 1));
-                self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), self.epilogue);
+                self.fail_explicit(message);
             }
             _ => self.unsupported(format!("{name}() in kernel probes")),
         }

@@ -497,8 +497,7 @@ impl Emitter<'_> {
         self.push(Insn::store(DW, R1, 0, R0));
         let limit = i32::try_from(self.max_action).unwrap_or(i32::MAX);
         self.jump(Insn::jump_imm(insn::JLE, R0, limit, 0), ok);
-        self.error_record(records::ERROR_MAXACTION, None);
-        self.goto(self.epilogue);
+        self.fail(records::ERROR_MAXACTION, None);
         self.bind(ok);
     }
 

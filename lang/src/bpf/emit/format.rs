@@ -581,8 +581,7 @@ impl Emitter<'_> {
         };
         self.call(read);
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
-        self.error_record(fault, Some(address));
-        self.goto(self.epilogue);
+        self.fail(fault, Some(address));
         self.bind(ok);
         if !hex {
             self.fill_for_text();

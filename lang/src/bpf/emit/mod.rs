@@ -325,7 +325,9 @@ fn reachable_blocks(function: &Function) -> Vec<bool> {
             continue;
         }
         *flag = true;
-        stack.extend(regalloc::successors(&function.blocks[b as usize].term));
+        let block = &function.blocks[b as usize];
+        stack.extend(regalloc::successors(&block.term));
+        stack.extend(block.catch.map(|c| c.handler.0));
     }
     seen
 }
@@ -874,12 +876,10 @@ impl Emitter<'_> {
                 }
             }
             Term::Fail(Failure::DivisionByZero) => {
-                self.error_record(records::ERROR_DIVISION_BY_ZERO, None);
-                self.goto(self.epilogue);
+                self.fail(records::ERROR_DIVISION_BY_ZERO, None);
             }
             Term::Fail(Failure::Explicit(message)) => {
-                self.explicit_error(*message);
-                self.goto(self.epilogue);
+                self.fail_explicit(*message);
             }
         }
     }

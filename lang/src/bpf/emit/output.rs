@@ -34,6 +34,53 @@ impl Emitter<'_> {
         self.send_small_record(records::KIND_EXIT, 0, HEADER_BYTES);
     }
 
+    /// Inside `try` (and not in a callback, a BPF function of its own):
+    /// the handler's label and the register for its `catch (msg)`.
+    fn catch_target(&self) -> Option<(Label, Option<Reg>)> {
+        if self.in_callback {
+            return None;
+        }
+        let catch = self.function.blocks.get(self.current_block)?.catch?;
+        let label = *self.frame_labels.get(catch.handler.0 as usize)?;
+        Some((label, catch.message))
+    }
+
+    /// A run-time error of `kind`: inside `try`, its text goes to the
+    /// `catch` variable and the handler runs; otherwise an error record
+    /// goes to the host and the handler ends.
+    pub(super) fn fail(&mut self, kind: u32, address: Option<Reg>) {
+        if let Some((handler, message)) = self.catch_target() {
+            if let Some(message) = message {
+                // The address of a fault is not in the text here.
+                self.const_str(message, records::error_text(kind));
+            }
+            self.goto(handler);
+            return;
+        }
+        self.error_record(kind, address);
+        self.goto(self.epilogue);
+    }
+
+    /// `error(msg)`, as [`fail`](Self::fail). The jump is conditional (and
+    /// always taken) so that code after it stays reachable for the
+    /// verifier's CFG check.
+    pub(super) fn fail_explicit(&mut self, text: Reg) {
+        let target = match self.catch_target() {
+            Some((handler, message)) => {
+                if let Some(message) = message {
+                    self.copy_str(message, text);
+                }
+                handler
+            }
+            None => {
+                self.explicit_error(text);
+                self.epilogue
+            }
+        };
+        self.push(Insn::mov_imm(R0, 1));
+        self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), target);
+    }
+
     /// An error record for the current span, with an optional address.
     pub(super) fn error_record(&mut self, kind: u32, address: Option<Reg>) {
         let span = self.span;
@@ -271,8 +318,7 @@ impl Emitter<'_> {
         self.call(read);
         let ok = self.new_label();
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
-        self.error_record(fault, Some(address));
-        self.goto(self.epilogue);
+        self.fail(fault, Some(address));
         self.bind(ok);
         let most = self.memory_arg_bytes(memory) - 8;
         Some(match memory.len {
@@ -327,8 +373,7 @@ impl Emitter<'_> {
         self.push(Insn::store(DW, FP, FRAME_TICKS, R0));
         let limit = i32::try_from(self.max_action).unwrap_or(i32::MAX);
         self.jump(Insn::jump_imm(insn::JLE, R0, limit, 0), ok);
-        self.error_record(records::ERROR_MAXACTION, None);
-        self.goto(self.epilogue);
+        self.fail(records::ERROR_MAXACTION, None);
         self.bind(ok);
     }
 }

@@ -36,8 +36,7 @@ impl Emitter<'_> {
         self.push(Insn::store(DW, FP, cpu, R3));
         self.goto(top);
         self.bind(too_many);
-        self.error_record(records::ERROR_TOO_MANY_CPUS, None);
-        self.goto(self.epilogue);
+        self.fail(records::ERROR_TOO_MANY_CPUS, None);
         self.bind(done);
     }
 
@@ -265,8 +264,7 @@ impl Emitter<'_> {
                 let ok = self.new_label();
                 self.push(Insn::load(DW, R2, FP, count));
                 self.jump(Insn::jump_imm(insn::JNE, R2, 0, 0), ok);
-                self.error_record(records::ERROR_EMPTY_AGGREGATE, None);
-                self.goto(self.epilogue);
+                self.fail(records::ERROR_EMPTY_AGGREGATE, None);
                 self.bind(ok);
                 self.push(Insn::load(DW, R0, FP, value));
                 if let (StatValue::Variance { .. }, Some(at)) = (what, layout.variance) {

@@ -136,8 +136,7 @@ impl Emitter<'_> {
                 } else {
                     records::ERROR_KERNEL_STRING
                 };
-                self.error_record(kind, Some(addr));
-                self.goto(self.epilogue);
+                self.fail(kind, Some(addr));
             }
         }
         self.bind(done);
