@@ -296,43 +296,150 @@ impl Ignored {
         };
         let module = "stap-rs builds no kernel module";
         note(self.keep_tmpdir, "-k", module);
-        note(self.unoptimized, "-u", "stap-rs always optimizes the same way");
+        note(
+            self.unoptimized,
+            "-u",
+            "stap-rs always optimizes the same way",
+        );
         note(self.bulk, "-b", "output goes through one BPF ring buffer");
         note(self.timing, "-t", "per-probe timing is not collected");
-        note(self.prologue || self.prologue_searching.is_some(), "-P/--prologue-searching", "probes use BTF, not DWARF prologues");
-        note(self.flight_recorder, "-F", "there is no flight-recorder mode");
-        note(self.buffer_mb.is_some(), "-s", "the ring buffer has a fixed size");
-        note(self.switch_size.is_some(), "-S", "output files are not switched");
+        note(
+            self.prologue || self.prologue_searching.is_some(),
+            "-P/--prologue-searching",
+            "probes use BTF, not DWARF prologues",
+        );
+        note(
+            self.flight_recorder,
+            "-F",
+            "there is no flight-recorder mode",
+        );
+        note(
+            self.buffer_mb.is_some(),
+            "-s",
+            "the ring buffer has a fixed size",
+        );
+        note(
+            self.switch_size.is_some(),
+            "-S",
+            "output files are not switched",
+        );
         note(self.module_name.is_some(), "-m", module);
-        note(self.release.is_some(), "-r", "stap-rs compiles for the running kernel (use --btf FILE for other types)");
-        note(self.arch.is_some(), "-a", "stap-rs compiles for this machine");
+        note(
+            self.release.is_some(),
+            "-r",
+            "stap-rs compiles for the running kernel (use --btf FILE for other types)",
+        );
+        note(
+            self.arch.is_some(),
+            "-a",
+            "stap-rs compiles for this machine",
+        );
         note(self.runtime_dir.is_some(), "-R", module);
         note(!self.kbuild.is_empty(), "-B", module);
-        note(!self.symbols_of.is_empty(), "-d", "symbols are read when needed");
+        note(
+            !self.symbols_of.is_empty(),
+            "-d",
+            "symbols are read when needed",
+        );
         note(self.ldd, "--ldd", "symbols are read when needed");
-        note(self.all_modules, "--all-modules", "kernel symbols come from /proc/kallsyms");
-        note(self.suppress_time_limits, "--suppress-time-limits", "the BPF verifier bounds handlers, not a timer");
-        note(self.runtime.is_some() || self.bpf || self.dyninst, "--runtime/--bpf/--dyninst", "stap-rs always runs kernel probes as BPF");
-        note(self.compatible.is_some(), "--compatible", "stap-rs speaks one language version");
+        note(
+            self.all_modules,
+            "--all-modules",
+            "kernel symbols come from /proc/kallsyms",
+        );
+        note(
+            self.suppress_time_limits,
+            "--suppress-time-limits",
+            "the BPF verifier bounds handlers, not a timer",
+        );
+        note(
+            self.runtime.is_some() || self.bpf || self.dyninst,
+            "--runtime/--bpf/--dyninst",
+            "stap-rs always runs kernel probes as BPF",
+        );
+        note(
+            self.compatible.is_some(),
+            "--compatible",
+            "stap-rs speaks one language version",
+        );
         let cache = "stap-rs has no cache";
-        note(self.check_version, "--check-version", "stap-rs speaks one language version");
-        note(self.clean_cache || self.disable_cache || self.poison_cache, "--*-cache", cache);
-        note(self.color.is_some(), "--color", "diagnostics are colored when stderr is a terminal");
-        note(self.privilege.is_some() || self.unprivileged, "--privilege/--unprivileged", "stap-rs runs as the user that starts it");
+        note(
+            self.check_version,
+            "--check-version",
+            "stap-rs speaks one language version",
+        );
+        note(
+            self.clean_cache || self.disable_cache || self.poison_cache,
+            "--*-cache",
+            cache,
+        );
+        note(
+            self.color.is_some(),
+            "--color",
+            "diagnostics are colored when stderr is a terminal",
+        );
+        note(
+            self.privilege.is_some() || self.unprivileged,
+            "--privilege/--unprivileged",
+            "stap-rs runs as the user that starts it",
+        );
         let server = "stap-rs has no compile server";
-        note(self.use_server.is_some() || self.use_server_on_error.is_some() || self.list_servers.is_some() || self.trust_servers.is_some(), "--*-server*", server);
-        note(!self.remote.is_empty() || self.remote_prefix, "--remote", "stap-rs runs only on this machine");
+        note(
+            self.use_server.is_some()
+                || self.use_server_on_error.is_some()
+                || self.list_servers.is_some()
+                || self.trust_servers.is_some(),
+            "--*-server*",
+            server,
+        );
+        note(
+            !self.remote.is_empty() || self.remote_prefix,
+            "--remote",
+            "stap-rs runs only on this machine",
+        );
         note(self.tmpdir.is_some(), "--tmpdir", module);
-        note(self.download_debuginfo.is_some(), "--download-debuginfo", "types come from BTF");
-        let rlimit = self.rlimit_as.is_some() || self.rlimit_cpu.is_some() || self.rlimit_nproc.is_some() || self.rlimit_stack.is_some() || self.rlimit_fsize.is_some();
+        note(
+            self.download_debuginfo.is_some(),
+            "--download-debuginfo",
+            "types come from BTF",
+        );
+        let rlimit = self.rlimit_as.is_some()
+            || self.rlimit_cpu.is_some()
+            || self.rlimit_nproc.is_some()
+            || self.rlimit_stack.is_some()
+            || self.rlimit_fsize.is_some();
         note(rlimit, "--rlimit-*", "they limit stap's compiler processes");
-        note(self.sysroot.is_some() || !self.sysenv.is_empty(), "--sysroot/--sysenv", "stap-rs probes this system");
+        note(
+            self.sysroot.is_some() || !self.sysenv.is_empty(),
+            "--sysroot/--sysenv",
+            "stap-rs probes this system",
+        );
         note(self.save_uprobes, "--save-uprobes", module);
-        note(self.target_namespaces.is_some(), "--target-namespaces", "not implemented");
-        note(self.monitor.is_some(), "--monitor", "there is no monitor mode");
-        note(self.sign_module.is_some() || !self.modinfo.is_empty(), "--sign-module/--modinfo", module);
-        note(self.benchmark_sdt_loops.is_some() || self.benchmark_sdt_threads.is_some(), "--benchmark-sdt-*", "not implemented");
-        note(self.dump_probe_types || self.dump_probe_aliases || self.dump_functions, "--dump-*", "use -l/-L and docs/tapsets.md");
+        note(
+            self.target_namespaces.is_some(),
+            "--target-namespaces",
+            "not implemented",
+        );
+        note(
+            self.monitor.is_some(),
+            "--monitor",
+            "there is no monitor mode",
+        );
+        note(
+            self.sign_module.is_some() || !self.modinfo.is_empty(),
+            "--sign-module/--modinfo",
+            module,
+        );
+        note(
+            self.benchmark_sdt_loops.is_some() || self.benchmark_sdt_threads.is_some(),
+            "--benchmark-sdt-*",
+            "not implemented",
+        );
+        note(
+            self.dump_probe_types || self.dump_probe_aliases || self.dump_functions,
+            "--dump-*",
+            "use -l/-L and docs/tapsets.md",
+        );
         out
     }
 }

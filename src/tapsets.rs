@@ -31,10 +31,7 @@ pub struct SearchKey<'a> {
 /// `.stpm` macro files come first, since their macros are visible to
 /// every file. Within a directory, files go in name order so that runs
 /// are reproducible.
-pub fn load(
-    include_dirs: &[impl AsRef<Path>],
-    key: &SearchKey,
-) -> Result<Vec<TapsetText>, String> {
+pub fn load(include_dirs: &[impl AsRef<Path>], key: &SearchKey) -> Result<Vec<TapsetText>, String> {
     let stdlib: Vec<TapsetText> = TAPSETS
         .iter()
         .map(|(path, text)| TapsetText {
@@ -49,10 +46,7 @@ pub fn load(
         let dir = dir.as_ref();
         if !dir.is_dir() {
             // As stap: a missing directory adds no tapsets.
-            eprintln!(
-                "WARNING: tapset directory {} does not exist",
-                dir.display()
-            );
+            eprintln!("WARNING: tapset directory {} does not exist", dir.display());
             continue;
         }
         let mut seen = HashSet::new();
@@ -140,9 +134,7 @@ fn files_in(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for entry in entries {
         let path = entry?.path();
-        let tapset = path
-            .extension()
-            .is_some_and(|e| e == "stp" || e == "stpm");
+        let tapset = path.extension().is_some_and(|e| e == "stp" || e == "stpm");
         if tapset && path.is_file() {
             out.push(path);
         }

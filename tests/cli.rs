@@ -233,8 +233,24 @@ fn guru_mode_refuses_only_what_needs_it() {
 #[test]
 fn stap_options_without_meaning_here_are_accepted_and_noted() {
     let out = stap(&[
-        "-v", "-k", "-u", "-w", "-b", "-t", "-s", "8", "-m", "mod", "--all-modules", "--ldd",
-        "-d", "/bin/ls", "--suppress-time-limits", "--runtime=bpf", "-p1", "-e",
+        "-v",
+        "-k",
+        "-u",
+        "-w",
+        "-b",
+        "-t",
+        "-s",
+        "8",
+        "-m",
+        "mod",
+        "--all-modules",
+        "--ldd",
+        "-d",
+        "/bin/ls",
+        "--suppress-time-limits",
+        "--runtime=bpf",
+        "-p1",
+        "-e",
         "probe begin { }",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -271,9 +287,13 @@ fn kernel_function_without_a_mechanism_says_why() {
     assert_ok(&optional);
 }
 
-/// SystemTap's own corpus (`../shared/stap-corpus`), when present.
+/// SystemTap's own corpus (`../shared/stap-corpus`, or `$STAP_CORPUS`),
+/// when present.
 fn stap_corpus() -> Option<std::path::PathBuf> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/stap-corpus");
+    let dir = match std::env::var_os("STAP_CORPUS") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/stap-corpus"),
+    };
     if dir.is_dir() {
         Some(dir)
     } else {
@@ -327,12 +347,18 @@ fn stap_examples_parse() {
         // `-p4`, `-gp4`, `-p2` all become -p1, keeping the other flags.
         let words: Vec<String> = rest
             .split(' ')
-            .map(|w| match w.strip_prefix('-').and_then(|f| f.split_once('p')) {
-                Some((flags, n)) if n.len() == 1 && n.chars().all(|c| c.is_ascii_digit()) => {
-                    if flags.is_empty() { "-p1".to_string() } else { format!("-{flags} -p1") }
-                }
-                _ => w.to_string(),
-            })
+            .map(
+                |w| match w.strip_prefix('-').and_then(|f| f.split_once('p')) {
+                    Some((flags, n)) if n.len() == 1 && n.chars().all(|c| c.is_ascii_digit()) => {
+                        if flags.is_empty() {
+                            "-p1".to_string()
+                        } else {
+                            format!("-{flags} -p1")
+                        }
+                    }
+                    _ => w.to_string(),
+                },
+            )
             .collect();
         let command = format!("{bin} {}", words.join(" "));
         let out = Command::new("sh")
@@ -347,6 +373,14 @@ fn stap_examples_parse() {
             failed.push(format!("{}: {}", meta.display(), stderr(&out)));
         }
     }
-    assert!(checked > 90, "only {checked} examples have a test_check line");
-    assert!(failed.is_empty(), "{} of {checked} fail:\n{}", failed.len(), failed.join("\n"));
+    assert!(
+        checked > 90,
+        "only {checked} examples have a test_check line"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {checked} fail:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
 }

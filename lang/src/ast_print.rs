@@ -106,6 +106,10 @@ impl Printer {
                 self.probe_points(&alias.points);
                 self.push(" ");
                 self.block(&alias.body);
+                if let Some(after) = &alias.after {
+                    self.push(", ");
+                    self.block(after);
+                }
             }
             Item::EmbeddedC(_) => self.push("%{ ... %}"),
         }
@@ -271,11 +275,7 @@ impl Printer {
             }
             StmtKind::Empty => self.push(";"),
             StmtKind::EmbeddedC => self.push("%{ ... %}"),
-            StmtKind::Try {
-                body,
-                var,
-                handler,
-            } => {
+            StmtKind::Try { body, var, handler } => {
                 self.push("try ");
                 self.block(body);
                 self.push(" catch");

@@ -147,8 +147,12 @@ pub(crate) enum RawComponent {
         name: ast::Ident,
         arg: Option<crate::source::Spanned<ast::Literal>>,
     },
-    Alternatives(Vec<(Vec<RawComponent>, Option<(bool, bool)>)>, Span),
+    Alternatives(Vec<RawAlternative>, Span),
 }
+
+/// One alternative of a brace set, with its own `?`/`!` (optional,
+/// sufficient).
+pub(crate) type RawAlternative = (Vec<RawComponent>, Option<(bool, bool)>);
 
 /// The points one written point stands for. A brace set stays one point
 /// (`kernel.{a, b}`) unless an alternative has its own `?` or `!`

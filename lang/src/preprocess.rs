@@ -168,7 +168,9 @@ impl<'e, 'a> Preprocessor<'e, 'a> {
     }
 
     fn lookup(&self, name: &str) -> Option<&Macro> {
-        self.macros.get(name).or_else(|| self.library.macros.get(name))
+        self.macros
+            .get(name)
+            .or_else(|| self.library.macros.get(name))
     }
 
     fn span(&self, range: &Range<usize>) -> Span {
@@ -280,7 +282,11 @@ impl<'e, 'a> Preprocessor<'e, 'a> {
         };
         // A signed number stays one token, so `x = $1` keeps its value.
         if let Ok(v) = crate::lexer::parse_number(digits) {
-            return Some(vec![Token::Number(if negative { v.wrapping_neg() } else { v })]);
+            return Some(vec![Token::Number(if negative {
+                v.wrapping_neg()
+            } else {
+                v
+            })]);
         }
         let lexed = crate::lexer::lex(text);
         let tokens: Result<Vec<Token>, _> = lexed.into_iter().map(|l| l.token).collect();

@@ -327,3 +327,61 @@ fn truncated_seed_script_never_panics() {
         let _ = render_plain(&map, &parsed.diags);
     }
 }
+
+#[test]
+fn declarations_from_the_tapset_library() {
+    snapshot!(
+        "parse_library_declarations",
+        r#"global a%, b%[10]
+private hidden, count = 0
+probe x.y = kernel.trace("a") { v = 1 }, { v = 2 }
+probe tp.z = kernel.{trace("a")!, trace("b")?}, timer.s(1) { }
+probe netfilter.arp.in = begin { }
+function f:long() %{ /* pure */ STAP_RETURN(1); %}
+function g() { if (%{ 1 %} + 1) return %{ 2 %} }
+%{ #include <linux/sched.h> %}
+probe begin { x = dtv$pointer$val }"#
+    );
+}
+
+#[test]
+fn member_chains_on_any_value() {
+    snapshot!(
+        "parse_autocast_chains",
+        r#"probe kernel.function("f").return {
+  a = @entry($sk)->sk_rcvbuf
+  b = (@cast(p, "sock"))->sk_family
+  c = task_current()->pid
+  d = t->mm->mmap[2]->vm_start$
+  e = @var("jiffies", "kernel") + @var("x@file.c")
+  f = &@cast(0, "task_struct")[1]
+  g = @const("NR_CPUS") + @probewrite(x) + @perf("cycles")
+  h = $$name . $$provider
+}"#
+    );
+}
+
+#[test]
+fn try_catch_foreach_sorted_by_value_and_slices() {
+    snapshot!(
+        "parse_try_foreach_slices",
+        r#"probe begin {
+  try { x = 1 / 0 } catch (msg) { println(msg) }
+  try { error("e") } catch { }
+  foreach (v+ = [k1, k2] in a) println(v)
+  foreach (v- = k in b limit 3) println(v)
+  foreach ([i, c+] in spec[id, *]) println(i)
+  delete spec[id, *]
+  if ([*, 2] in spec) println("yes")
+}"#
+    );
+}
+
+#[test]
+fn dollar_arguments_are_tokens() {
+    snapshot!(
+        "parse_dollar_arguments",
+        "probe $1 { x = $2 + $3 }",
+        &["kernel.function(\"vfs_*\").return", "-5", "len($return)"]
+    );
+}

@@ -362,3 +362,39 @@ fn internal_regex_builtin_is_not_callable() {
     let text = errors("probe begin { println(regex_match(\"a\", \"a\")) }");
     assert!(text.contains("unknown function `regex_match`"), "{text}");
 }
+
+#[test]
+fn guru_mode_on_still_refuses_embedded_c_and_kernel_writes() {
+    let opts = ElabOptions {
+        guru: true,
+        ..ElabOptions::default()
+    };
+    insta::assert_snapshot!(errors_with(
+        "function f() %{ STAP_RETURN(0); %}\nprobe kernel.trace(\"kfree_skb\") { f(); $location = 0; x = %{ 1 %} }",
+        &[],
+        &FakeKernel::new(),
+        &opts,
+    ));
+}
+
+#[test]
+fn tapset_embedded_c_is_refused_only_where_used() {
+    // The tapset's unused embedded-C function and top-level C are fine;
+    // the used one is refused without asking for -g (tapsets need none).
+    insta::assert_snapshot!(errors_with(
+        "probe begin { println(used()) }",
+        &[(
+            "lib.stp",
+            "%{ #include <linux/sched.h> %}\nfunction unused() %{ STAP_RETURN(1); %}\nfunction used() %{ STAP_RETURN(2); %}",
+        )],
+        &FakeKernel::new(),
+        &ElabOptions::default(),
+    ));
+}
+
+#[test]
+fn operators_that_need_headers_or_dwarf() {
+    insta::assert_snapshot!(errors(
+        "global a\nprobe begin { x = @const(\"NR_CPUS\"); foreach (k in a[1, *]) { }; y = @var(\"jiffies\", \"kernel\") }"
+    ));
+}

@@ -27,6 +27,7 @@ impl Fb {
                     insts: vec![],
                     term: Term::Return(None),
                     term_span: Span::default(),
+                    catch: None,
                 }],
                 iters: 0,
                 span: Span::default(),
@@ -45,6 +46,7 @@ impl Fb {
             insts: vec![],
             term: Term::Return(None),
             term_span: Span::default(),
+            catch: None,
         });
         BlockId(self.f.blocks.len() as u32 - 1)
     }

@@ -7,9 +7,7 @@
 //! diagnosed (the verifier cannot bound it anyway).
 
 use crate::diag::Diagnostic;
-use crate::ir::{
-    Block, BlockId, Catch, Failure, Function, Inst, Module, Op, PrintArg, Reg, Term,
-};
+use crate::ir::{Block, BlockId, Catch, Failure, Function, Inst, Module, Op, PrintArg, Reg, Term};
 
 /// Nested inlining depth (stap's MAXNESTING is 10).
 pub const MAX_DEPTH: u32 = 10;

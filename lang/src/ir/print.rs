@@ -6,8 +6,8 @@
 use super::Placement;
 use super::{BinOp, Constant};
 use super::{
-    Block, Catch, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg, Sort,
-    SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
+    Block, Catch, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg,
+    Sort, SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
 };
 use crate::ast_print::quote_string;
 use crate::source::{SourceMap, Span};
@@ -301,7 +301,11 @@ impl Printer<'_> {
                 handler,
                 message: Some(m),
             }) => {
-                let _ = writeln!(out, "  bb{index}: (errors -> bb{}, text in r{})", handler.0, m.0);
+                let _ = writeln!(
+                    out,
+                    "  bb{index}: (errors -> bb{}, text in r{})",
+                    handler.0, m.0
+                );
             }
         }
         for Inst { op, span } in &block.insts {

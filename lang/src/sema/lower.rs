@@ -607,9 +607,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     "probewrite" => "not implemented",
                     _ => "reading registers is not implemented",
                 };
-                self.error(
-                    Diagnostic::unsupported(format!("@{name}"), span).note(why.to_string()),
-                );
+                self.error(Diagnostic::unsupported(format!("@{name}"), span).note(why.to_string()));
                 return invalid(span);
             }
             A::Call { name, args } => return self.call(name, args, span),

@@ -180,7 +180,11 @@ impl<'a> Elaborator<'a> {
             } else {
                 "BPF programs cannot write kernel memory"
             };
-            let context = if self.guru { "guru mode is on" } else { "it is tapset code" };
+            let context = if self.guru {
+                "guru mode is on"
+            } else {
+                "it is tapset code"
+            };
             Diagnostic::unsupported(what, span).note(format!("{context}, but {why}"))
         } else {
             Diagnostic::error(format!("{what} requires guru mode (-g)"))

@@ -229,9 +229,13 @@ impl FnTranslator<'_> {
                 if let (Some(reg), Some(text)) = (catch.message, text) {
                     self.set(b, reg, text);
                 }
-                let handler = self.blocks.get(catch.handler.0 as usize).copied().ok_or_else(
-                    || JitError::new(format!("{}: catch to a missing block", self.f.name)),
-                )?;
+                let handler = self
+                    .blocks
+                    .get(catch.handler.0 as usize)
+                    .copied()
+                    .ok_or_else(|| {
+                        JitError::new(format!("{}: catch to a missing block", self.f.name))
+                    })?;
                 b.ins().jump(handler, &[]);
             }
         }
