@@ -105,6 +105,8 @@ pub fn error_text(kind: u32) -> &'static str {
         ERROR_USER_STRING => "user string copy fault",
         ERROR_EMPTY_AGGREGATE => "empty aggregate",
         ERROR_TOO_MANY_CPUS => "too many CPUs",
+        ERROR_ARRAY_OVERFLOW => "Array overflow, check MAXMAPENTRIES",
+        ERROR_POSITION => "Position out of bounds",
         _ => "error",
     }
 }

@@ -109,8 +109,7 @@ impl Emitter<'_> {
     }
 
     fn overflow(&mut self) {
-        self.error_record(records::ERROR_ARRAY_OVERFLOW, None);
-        self.goto(self.epilogue);
+        self.fail(records::ERROR_ARRAY_OVERFLOW, None);
     }
 
     /// After a helper returning 0 or -errno in r0: bump a counter on error.

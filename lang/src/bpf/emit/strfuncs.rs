@@ -76,8 +76,7 @@ impl Emitter<'_> {
         // The slot is NUL-padded: a NUL here is at or past the end.
         self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), ok);
         self.bind(bad);
-        self.error_record(records::ERROR_POSITION, None);
-        self.goto(self.epilogue);
+        self.fail(records::ERROR_POSITION, None);
         self.bind(ok);
         self.set_result(dst, R0);
     }
