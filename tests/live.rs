@@ -41,6 +41,9 @@ mod kernel_gaps;
 #[path = "live/identity.rs"]
 mod identity;
 
+#[path = "live/tapsets.rs"]
+mod tapsets;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).
