@@ -44,6 +44,9 @@ mod identity;
 #[path = "live/try_catch.rs"]
 mod try_catch;
 
+#[path = "live/tapsets.rs"]
+mod tapsets;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

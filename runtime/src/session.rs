@@ -49,7 +49,7 @@ use stap_lang::printf::{self, Piece};
 use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};
-use crate::host::globals::Value;
+use crate::host::value::Value;
 use crate::host::{HostRuntime, Output, RuntimeError, builtins, hist};
 use crate::load::{self, LoadError, Loaded};
 use crate::ringbuf::RingBuf;

@@ -4,8 +4,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::globals::Value;
-use super::{HostRuntime, RuntimeError, rtlib};
+use super::value::Value;
+use super::{HostRuntime, RuntimeError};
 
 /// Every built-in the host implements.
 pub const TABLE: &[&str] = &[
@@ -249,14 +249,14 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             for addr in stack_addresses(bytes(args, 0)) {
                 out.push_str(&rt.symbols.frame(addr, true));
             }
-            rtlib::write_output(rt, out.as_bytes());
+            rt.write_output(out.as_bytes());
             l(0)
         }
         // The current process of a host probe is stap-rs itself.
         "print_usyms" => {
             let addrs = stack_addresses(bytes(args, 0));
             let text = rt.usymbols.frames(std::process::id(), &addrs, true);
-            rtlib::write_output(rt, text.as_bytes());
+            rt.write_output(text.as_bytes());
             l(0)
         }
         // A host probe, like stap's begin, end and timer probes, has no
@@ -264,7 +264,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         // the inexact stack-guessing fallback), and `backtrace()` is empty.
         "print_backtrace" => {
             let text = format!("<no kernel backtrace at {}>\n", probe_point(rt));
-            rtlib::write_output(rt, text.as_bytes());
+            rt.write_output(text.as_bytes());
             l(0)
         }
         // stap copies the printed text less its last byte, the newline.
@@ -274,7 +274,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "backtrace" => s(Vec::new()),
         "print_ubacktrace" => {
             let text = format!("<no user backtrace at {}>\n", probe_point(rt));
-            rtlib::write_output(rt, text.as_bytes());
+            rt.write_output(text.as_bytes());
             l(0)
         }
         "print_stack" => {
@@ -282,7 +282,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             for addr in stack_addresses(bytes(args, 0)) {
                 out.push_str(&rt.symbols.frame(addr, true));
             }
-            rtlib::write_output(rt, out.as_bytes());
+            rt.write_output(out.as_bytes());
             l(0)
         }
         "sprint_stack" => {
@@ -337,7 +337,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             if matches!(name, "log" | "println" | "printdln") {
                 out.push(b'\n');
             }
-            rtlib::write_output(rt, &out);
+            rt.write_output(&out);
             l(0)
         }
         "sprint" | "sprintln" | "sprintd" => {

@@ -8,8 +8,8 @@ use stap_lang::bpf::layout;
 use stap_lang::ir::{Storage, ValType};
 
 use super::error::RuntimeError;
-use super::globals::{Element, ElementValue, Key, Value, key_types, layout_value_size, value_type};
 use super::stats::{Aggregate, StatShape};
+use super::value::{Element, ElementValue, Key, Value, key_types, layout_value_size, value_type};
 
 /// The BPF map syscalls host code needs. The session implements it over
 /// `stap_runtime::sys`; tests use an in-memory fake. Per-CPU maps take and

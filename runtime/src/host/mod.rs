@@ -15,6 +15,7 @@ pub mod rtlib;
 pub mod stats;
 pub mod symbols;
 pub mod usymbols;
+pub mod value;
 
 use std::rc::Rc;
 
@@ -22,10 +23,11 @@ use stap_lang::ir::Module;
 use stap_lang::printf::{self, Piece};
 
 pub use error::RuntimeError;
-pub use globals::{Globals, Value};
+pub use globals::Globals;
 pub use kmap::BpfMapOps;
 pub use output::Output;
 pub use symbols::Symbols;
+pub use value::Value;
 
 /// Function calls nested deeper than this fail, as stap's MAXNESTING.
 pub const MAX_NESTING: i64 = 10;
@@ -177,6 +179,14 @@ impl HostRuntime {
             self.arena
                 .get((handle - consts - 1) as usize)
                 .map_or(&[], |s| &s[..])
+        }
+    }
+
+    /// Writes script output (print, printf, statistics); a failed write
+    /// fails the probe hit.
+    pub(crate) fn write_output(&mut self, bytes: &[u8]) {
+        if let Err(e) = self.output.write(bytes) {
+            self.fail(RuntimeError::Internal(format!("cannot write output: {e}")));
         }
     }
 

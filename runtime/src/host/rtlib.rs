@@ -10,7 +10,7 @@ use stap_lang::ir::GlobalId;
 use stap_lang::ir::{HistKind, SortBy, StatValue, ValType};
 use stap_lang::printf::{self, ArgKind, Conversion, Piece};
 
-use super::globals::{Element, ElementValue, Key, Value, key_types, value_type};
+use super::value::{Element, ElementValue, Key, Value, key_types, value_type};
 use super::{HostRuntime, MAX_NESTING, RuntimeError, StrHandle, builtins, hist};
 
 /// A foreach snapshot, in loop order, and its position.
@@ -389,13 +389,7 @@ pub unsafe extern "C" fn stap_print_hist(
             ));
         }
     };
-    write_output(rt, text.as_bytes());
-}
-
-pub(crate) fn write_output(rt: &mut HostRuntime, bytes: &[u8]) {
-    if let Err(e) = rt.output.write(bytes) {
-        rt.fail(RuntimeError::Internal(format!("cannot write output: {e}")));
-    }
+    rt.write_output(text.as_bytes());
 }
 
 /// Snapshots `global` for a foreach; returns the iterator handle.
@@ -687,7 +681,7 @@ pub unsafe extern "C" fn stap_printf(rt: *mut HostRuntime, id: i64, argv: *const
     let mut bytes = std::mem::take(&mut rt.printf_buf);
     bytes.clear();
     if format(rt, id, raw, &mut bytes) {
-        write_output(rt, &bytes);
+        rt.write_output(&bytes);
     }
     rt.printf_buf = bytes;
 }

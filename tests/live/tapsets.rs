@@ -1,0 +1,129 @@
+//! The kernel tapset families of stdlib/kernel and stdlib/lib, live: a
+//! shell under a name of its own forks, execs, reads a file we create,
+//! signals itself and exits with a known code, and the kprocess.*,
+//! scheduler.*, signal.* and vfs.* aliases report it with the variables
+//! stap documents. Memory, interrupt and block aliases are checked on
+//! events the kernel makes anyway. All of them sit on tracepoints, so they
+//! run on this host (no kprobes, no fentry) as in the VM guests.
+
+use super::{Session, assert_success, serial};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A copy of a system binary under a name of our own, so that `execname()`
+/// picks out the processes this test starts.
+fn renamed(binary: &str, name: &str) -> PathBuf {
+    let copy = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::copy(binary, &copy).unwrap_or_else(|e| panic!("copying {binary}: {e}"));
+    copy
+}
+
+#[test]
+fn process_scheduler_signal_and_vfs_aliases_see_a_shell_at_work() {
+    let _one = serial();
+    let shell = renamed("/bin/sh", "stapTapsetSh");
+    let cat = renamed("/bin/cat", "stapTapsetCat");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-tapsets-read.txt");
+    std::fs::write(&file, "hello tapsets\n").expect("writing the file to read");
+    let ino = std::fs::metadata(&file).expect("stat").ino();
+    let script = format!(
+        r#"global seen
+probe kprocess.exec {{ if (filename == "{shell}") printf("exec %s\n", args == "{shell} -c " . @1 ? "args" : args) }}
+probe kprocess.exec_complete {{ if (execname() == "stapTapsetSh") printf("exec_complete %d %d %s\n", success, errno, name) }}
+probe kprocess.create {{ if (execname() == "stapTapsetSh" && !seen["create"]++) printf("create %d\n", new_pid != pid() && new_tid == new_pid) }}
+probe scheduler.process_fork {{ if (execname() == "stapTapsetSh" && !seen["fork"]++) printf("process_fork %d\n", parent_pid == pid()) }}
+probe scheduler.ctxswitch {{ if (prev_task_name == "stapTapsetSh" && !seen["switch"]++) printf("ctxswitch %d %d\n", prev_pid == pid(), prev_tid == tid()) }}
+probe signal.syskill {{ if (execname() == "stapTapsetSh") printf("syskill %s %d\n", sig_name, sig_pid == pid()) }}
+probe signal.send {{ if (pid_name == "stapTapsetSh" && sig == 10) printf("send %s %d %s\n", sig_name, sig_pid == pid(), name) }}
+probe signal.handle {{ if (execname() == "stapTapsetSh") printf("handle %s\n", sig_name) }}
+probe vfs.read {{ if (execname() == "stapTapsetCat" && ino == {ino} && !seen["read"]++) printf("vfs.read %d %d\n", bytes_to_read > 0, pos) }}
+probe vfs.read.return {{ if (execname() == "stapTapsetCat" && ino == {ino} && !seen["read.return"]++) printf("vfs.read.return %d %d %s %d\n", bytes_read, error, __file_filename(file), dev != 0) }}
+probe vfs.write.return {{ if (execname() == "stapTapsetCat" && !seen["write.return"]++) printf("vfs.write.return %d %s\n", bytes_written, devname) }}
+probe kprocess.exit {{ if (execname() == "stapTapsetSh") printf("exit %d\n", code) }}
+probe scheduler.process_exit {{ if (execname() == "stapTapsetSh") {{ printf("process_exit %d\n", pid == pid()); exit() }} }}"#,
+        shell = shell.display(),
+    );
+    // Bytes the shell passes to -c, checked against kprocess.exec's args.
+    let commands = format!(
+        "trap 'true' USR1; {} {} > /dev/null; kill -USR1 $$; sleep 0.1; exit 3",
+        cat.display(),
+        file.display()
+    );
+    let mut session = Session::start(&["-e", &script, &commands]);
+    session.wait_ready();
+    let status = Command::new(&shell)
+        .args(["-c", &commands])
+        .status()
+        .expect("running the shell");
+    assert_eq!(status.code(), Some(3), "the shell's exit status");
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for expected in [
+        "exec args",
+        "exec_complete 1 0 execve",
+        "create 1",
+        "process_fork 1",
+        "ctxswitch 1 1",
+        "syskill SIGUSR1 1",
+        "send SIGUSR1 1 signal_generate",
+        "handle SIGUSR1",
+        // exit 3 is a wait status of 3 << 8.
+        "vfs.read 1 0",
+        "vfs.read.return 14 0 stap-tapsets-read.txt 1",
+        // cat copies the file to /dev/null, a device with no block device.
+        "vfs.write.return 14 N/A",
+        "exit 768",
+        "process_exit 1",
+    ] {
+        assert!(
+            lines.contains(&expected),
+            "no line {expected:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+}
+
+#[test]
+fn memory_interrupt_and_block_aliases_report_the_kernel_at_work() {
+    let _one = serial();
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-tapsets-block.bin");
+    let script = r#"global seen
+probe vm.kmalloc { if (!seen["kmalloc"]++) printf("kmalloc %d %d\n", bytes_alloc >= bytes_req, gfp_flag_name != "") }
+probe vm.kfree { if (!seen["kfree"]++) printf("kfree %d\n", caller_function != "") }
+probe vm.kmem_cache_alloc { if (!seen["cache"]++) printf("kmem_cache_alloc %d\n", bytes_alloc >= bytes_req && bytes_req > 0) }
+probe vm.pagefault { if (!seen["fault"]++) printf("pagefault %d\n", address != 0) }
+probe vm.mmap { if (!seen["mmap"]++) printf("mmap %d\n", length > 0) }
+probe softirq.entry { if (!seen["softirq"]++) printf("softirq %d\n", vec_nr >= 0 && vec_nr < 10) }
+probe ioblock.request { if (size > 0 && !seen["request"]++) printf("ioblock.request %d %d\n", devname != "N/A", rw == BIO_WRITE || rw == BIO_READ || rw > 1) }
+probe timer.s(1) { if (seen["kmalloc"] && seen["kfree"] && seen["cache"] && seen["fault"] && seen["mmap"] && seen["softirq"] && seen["request"]) exit() }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    // Block I/O: write a file and flush it to the disk.
+    std::fs::write(&file, vec![7u8; 1 << 20]).expect("writing a file");
+    let f = std::fs::File::open(&file).expect("opening it");
+    f.sync_all().expect("fsync");
+    let status = Command::new("sync").status().expect("running sync");
+    assert!(status.success());
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for expected in [
+        "kmalloc 1 1",
+        "kfree 1",
+        "kmem_cache_alloc 1",
+        "pagefault 1",
+        "mmap 1",
+        "softirq 1",
+        "ioblock.request 1 1",
+    ] {
+        assert!(
+            lines.contains(&expected),
+            "no line {expected:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+}
