@@ -208,6 +208,9 @@ pub struct Probe {
     pub condition: Option<Expr>,
     /// Alias prologues, then the user's body, then alias epilogues.
     pub body: Block,
+    /// How many of `body`'s first statements are alias prologues (each a
+    /// block of its own).
+    pub prologues: usize,
     pub span: Span,
 }
 

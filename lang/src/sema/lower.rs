@@ -194,6 +194,7 @@ pub(crate) fn lower_probe(
             }
         });
     }
+    let prologues = point.prologues.len();
     let locals = lowerer.finish();
     let placement = match point.kind {
         hir::ProbeKind::Begin { .. }
@@ -218,6 +219,7 @@ pub(crate) fn lower_probe(
             stmts,
             span: body.span,
         },
+        prologues,
         span: probe_span,
     }
 }

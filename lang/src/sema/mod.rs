@@ -17,6 +17,7 @@ mod lower;
 mod placement;
 mod points;
 pub mod print;
+mod prune;
 mod symbols;
 mod walk;
 
@@ -104,6 +105,9 @@ pub fn elaborate(
         &mut probes,
         &mut elab.diags,
     );
+    for probe in &mut probes {
+        prune::unused_alias_assignments(&functions, probe);
+    }
     placement::place(&mut globals, &mut functions, &mut probes);
     apply_overrides(&mut globals, &opts.global_overrides, &mut elab.diags);
     let limits = limits(&opts.defines, &mut elab.diags);
