@@ -327,7 +327,19 @@ impl BodyLowerer<'_, '_> {
                 // accepted and ignored: BTF has every kernel type.
                 let ptr = self.expr(ptr);
                 let facts = self.elab.facts;
-                let found = match facts.find_type(&ty.node) {
+                // stap takes a bare name too (`"timer_list"`): a struct,
+                // then a union, of that name.
+                let bare = !["struct ", "union ", "enum "]
+                    .iter()
+                    .any(|p| ty.node.trim_start().starts_with(p));
+                let looked_up = facts.find_type(&ty.node).and_then(|found| match found {
+                    None if bare => match facts.find_type(&format!("struct {}", ty.node.trim()))? {
+                        None => facts.find_type(&format!("union {}", ty.node.trim())),
+                        some => Ok(some),
+                    },
+                    found => Ok(found),
+                });
+                let found = match looked_up {
                     Ok(found) => found,
                     Err(e) => {
                         self.error(
