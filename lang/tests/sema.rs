@@ -421,3 +421,14 @@ fn every_example_elaborates() {
         insta::assert_snapshot!(format!("example_{name}"), text);
     }
 }
+
+#[test]
+fn entry_pointer_followed_at_return_and_try_catch() {
+    insta::assert_snapshot!(listing(
+        r#"probe kernel.function("tcp_sendmsg").return {
+  rcvbuf = @entry($sk)->sk_rcvbuf
+  try { x = 100 / $return } catch (msg) { println(msg) }
+  println(rcvbuf, x)
+}"#
+    ));
+}

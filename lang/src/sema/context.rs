@@ -386,6 +386,19 @@ impl BodyLowerer<'_, '_> {
                 };
                 Some((base, Cursor::PointerTo(target)))
             }
+            // `@entry($p)->f`: the pointer saved at entry, typed as `$p`,
+            // followed when the return probe runs (stap's autocast).
+            ast::ExprKind::Entry(inner) if self.entry_pointee(inner).is_some() => {
+                let target = self.entry_pointee(inner)?;
+                let ptr = self.expr(base);
+                let target_name = self.elab.facts.type_name(target);
+                let base = AccessBase::Cast {
+                    ptr: Box::new(ptr),
+                    target,
+                    target_name,
+                };
+                Some((base, Cursor::PointerTo(target)))
+            }
             ast::ExprKind::Error => None,
             _ => {
                 self.error(
@@ -395,6 +408,23 @@ impl BodyLowerer<'_, '_> {
                 );
                 None
             }
+        }
+    }
+
+    /// What `$name` points to, for `@entry($name)->f`.
+    fn entry_pointee(&self, inner: &ast::Expr) -> Option<TypeId> {
+        let ast::ExprKind::Context(AstContextVar::Named(name)) = &inner.kind else {
+            return None;
+        };
+        let ctx = self.ctx.as_ref()?;
+        let var = ctx
+            .vars
+            .iter()
+            .chain(&ctx.entry_vars)
+            .find(|v| &v.name == name)?;
+        match self.elab.facts.kind(var.ty) {
+            TypeKind::Pointer(target) => Some(target),
+            _ => None,
         }
     }
 
