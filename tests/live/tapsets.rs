@@ -28,7 +28,7 @@ fn process_scheduler_signal_and_vfs_aliases_see_a_shell_at_work() {
     std::fs::write(&file, "hello tapsets\n").expect("writing the file to read");
     let ino = std::fs::metadata(&file).expect("stat").ino();
     let script = format!(
-        r#"global seen
+        r#"global seen, shell
 probe kprocess.exec {{ if (filename == "{shell}") printf("exec %s\n", args == "{shell} -c " . @1 ? "args" : args) }}
 probe kprocess.exec_complete {{ if (execname() == "stapTapsetSh") printf("exec_complete %d %d %s\n", success, errno, name) }}
 probe kprocess.create {{ if (execname() == "stapTapsetSh" && !seen["create"]++) printf("create %d\n", new_pid != pid() && new_tid == new_pid) }}
@@ -41,7 +41,10 @@ probe vfs.read {{ if (execname() == "stapTapsetCat" && ino == {ino} && !seen["re
 probe vfs.read.return {{ if (execname() == "stapTapsetCat" && ino == {ino} && !seen["read.return"]++) printf("vfs.read.return %d %d %s %d\n", bytes_read, error, __file_filename(file), dev != 0) }}
 probe vfs.write.return {{ if (execname() == "stapTapsetCat" && !seen["write.return"]++) printf("vfs.write.return %d %s\n", bytes_written, devname) }}
 probe kprocess.exit {{ if (execname() == "stapTapsetSh") printf("exit %d\n", code) }}
-probe scheduler.process_exit {{ if (execname() == "stapTapsetSh") {{ printf("process_exit %d\n", pid == pid()); exit() }} }}"#,
+probe scheduler.process_exit {{ if (execname() == "stapTapsetSh") printf("process_exit %d\n", pid == pid()) }}
+probe process("{shell}").begin {{ shell = pid(); printf("process.begin %s\n", execname()) }}
+probe process("{shell}").end {{ printf("process.end %d\n", pid() == shell) }}
+probe kprocess.release {{ if (released_pid == shell && shell) {{ printf("release %d\n", released_tid == shell); exit() }} }}"#,
         shell = shell.display(),
     );
     // Bytes the shell passes to -c, checked against kprocess.exec's args.
@@ -76,6 +79,9 @@ probe scheduler.process_exit {{ if (execname() == "stapTapsetSh") {{ printf("pro
         "vfs.write.return 14 N/A",
         "exit 768",
         "process_exit 1",
+        "process.begin stapTapsetSh",
+        "process.end 1",
+        "release 1",
     ] {
         assert!(
             lines.contains(&expected),
@@ -126,4 +132,125 @@ probe timer.s(1) { if (seen["kmalloc"] && seen["kfree"] && seen["cache"] && seen
             done.stderr
         );
     }
+}
+
+/// Why kernel functions cannot be probed here (with fentry/fexit or
+/// kprobes), asked of stap-rs, or `None` when they can.
+fn no_function_probes() -> Option<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", r#"probe kernel.function("do_exit") { }"#])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .find(|l| l.contains("cannot be probed on this kernel"))
+        .map(|l| l.trim_start_matches("error: ").to_string())
+}
+
+/// The aliases with no tracepoint of their meaning, on a kernel that can
+/// probe functions (the VM guests: `tests/vm/run 6.12 -- function_backed`).
+#[test]
+fn function_backed_aliases_see_a_shell_at_work() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let shell = renamed("/bin/sh", "stapTapsetFn");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-tapsets-open.txt");
+    std::fs::write(&file, "opened\n").expect("writing the file to open");
+    let kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    let kprobe_probe = if kprobes {
+        r#"probe kprobe.function("do_exit") { if (execname() == "stapTapsetFn" && !seen["kprobe"]++) printf("kprobe.function %d\n", $code) }"#
+    } else {
+        ""
+    };
+    let script = format!(
+        r#"global seen, shell
+probe process("{shell}").begin {{ shell = pid() }}
+probe scheduler.cpu_on {{ if (execname() == "stapTapsetFn" && !seen["cpu_on"]++) printf("cpu_on %d\n", idle) }}
+probe kprocess.start {{ if (execname() == "stapTapsetFn" && !seen["start"]++) printf("start %d\n", pid() != shell) }}
+probe signal.checkperm {{ if (execname() == "stapTapsetFn" && !seen["checkperm"]++) printf("checkperm %s %d\n", sig_name, sig_pid == pid()) }}
+probe vfs.open {{ if (execname() == "stapTapsetFn" && pathname == "stap-tapsets-open.txt" && !seen["open"]++) printf("vfs.open %s\n", pathname) }}
+probe vfs.open.return {{ if (execname() == "stapTapsetFn" && pathname == "stap-tapsets-open.txt" && !seen["open.return"]++) printf("vfs.open.return %d\n", ret) }}
+probe vm.pagefault.return {{ if (execname() == "stapTapsetFn" && !seen["fault"]++) printf("pagefault.return\n") }}
+{kprobe_probe}
+probe kprocess.release {{ if (released_pid == shell && shell) exit() }}"#,
+        shell = shell.display(),
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let commands = format!("read line < {}; kill -0 $$; (true); exit 2", file.display());
+    let status = Command::new(&shell)
+        .args(["-c", &commands])
+        .status()
+        .expect("running the shell");
+    assert_eq!(status.code(), Some(2), "the shell's exit status");
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    let mut expected = vec![
+        "cpu_on 0",
+        "start 1",
+        "checkperm 0 1",
+        "vfs.open stap-tapsets-open.txt",
+        "vfs.open.return 0",
+        "pagefault.return",
+    ];
+    if kprobes {
+        // exit 2 as do_exit's code: a wait status of 2 << 8.
+        expected.push("kprobe.function 512");
+    }
+    for line in expected {
+        assert!(
+            lines.contains(&line),
+            "no line {line:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+}
+
+/// Without fentry or kprobes (this host), an alias with no tracepoint of
+/// its meaning is an error naming the alias and what it needs.
+#[test]
+fn function_backed_aliases_fail_clearly_without_function_probes() {
+    if no_function_probes().is_none() {
+        eprintln!("stap-rs-skip: this kernel can probe functions");
+        return;
+    }
+    for alias in [
+        "scheduler.cpu_on",
+        "scheduler.tick",
+        "kprocess.start",
+        "signal.checkperm",
+        "signal.wakeup",
+        "vm.pagefault.return",
+        "vm.brk",
+        "vfs.open",
+    ] {
+        let script = format!("probe {alias} {{ print(pid()) }}");
+        let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+            .args(["-p2", "-e", &script])
+            .output()
+            .expect("running stap-rs -p2");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{alias}");
+        assert!(
+            stderr.contains("cannot be probed on this kernel")
+                && stderr.contains("needs fentry/fexit or kprobes")
+                && stderr.contains(&format!("in probe alias `{alias}`")),
+            "{alias}: {stderr}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", r#"probe kprobe.function("do_exit") { }"#])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"kprobe.function("do_exit") needs kprobes"#),
+        "{stderr}"
+    );
 }

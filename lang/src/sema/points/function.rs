@@ -60,7 +60,7 @@ impl<'a> Elaborator<'a> {
         }
     }
 
-    fn resolve_functions(
+    pub(super) fn resolve_functions(
         &mut self,
         module: Option<String>,
         spec: &str,

@@ -5,6 +5,8 @@
 //! `resolve_family`.
 
 mod function;
+mod kprobe;
+mod lifecycle;
 mod netfilter;
 mod perf;
 mod process;
@@ -76,6 +78,8 @@ const FAMILIES: &[&[&str]] = &[
     timer::NAMES,
     perf::NAMES,
     process::NAMES,
+    lifecycle::NAMES,
+    kprobe::NAMES,
     netfilter::NAMES,
 ];
 
@@ -388,10 +392,14 @@ impl<'a> Elaborator<'a> {
             ["kernel" | "module", "function" | "statement", ..] => {
                 self.resolve_function(comps, span).map(Some)
             }
+            ["kprobe", ..] => self.resolve_kprobe(comps, span).map(Some),
             ["timer", ..] => Ok(timer::resolve(comps, span, self.facts)?.and_then(one)),
             ["perf", ..] => self.resolve_perf(comps, span).map(one),
             ["netfilter", "hook" | "pf", ..] => self.resolve_netfilter(comps, span).map(one),
-            ["process", ..] => self.resolve_process(comps, span).map(Some),
+            ["process", ..] => match self.resolve_lifecycle(comps, span)? {
+                Some(points) => Ok(Some(points)),
+                None => self.resolve_process(comps, span).map(Some),
+            },
             _ => Ok(None),
         }
     }

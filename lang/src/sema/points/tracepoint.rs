@@ -26,7 +26,7 @@ impl<'a> Elaborator<'a> {
         self.resolve_tracepoints(spec, comps[1].span)
     }
 
-    fn resolve_tracepoints(
+    pub(super) fn resolve_tracepoints(
         &mut self,
         spec: &str,
         span: Span,
