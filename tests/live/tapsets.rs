@@ -254,3 +254,58 @@ fn function_backed_aliases_fail_clearly_without_function_probes() {
         "{stderr}"
     );
 }
+
+/// netfilter.ipv6.* and the TCP flags of netfilter.ipv4.*: a UDP datagram
+/// to ::1 and a TCP connect to a closed IPv4 port (a SYN, answered by a RST).
+#[test]
+fn netfilter_ipv6_and_tcp_flags() {
+    let _one = serial();
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", "probe netfilter.ipv6.local_out { }"])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(line) = stderr.lines().find(|l| l.contains("not available")) {
+        eprintln!("stap-rs-skip: {}", line.trim_start_matches("error: "));
+        return;
+    }
+    let Ok(receiver) = std::net::UdpSocket::bind("[::1]:0") else {
+        eprintln!("stap-rs-skip: no IPv6 loopback address");
+        return;
+    };
+    let port6 = receiver.local_addr().expect("local address").port();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("binding a port");
+    let port4 = closed.local_addr().expect("local address").port();
+    drop(closed);
+    let script = format!(
+        r#"global v6, syn4
+probe netfilter.ipv6.local_out {{ if (protocol == 17 && dport == {port6} && !v6++) printf("ipv6 %s %s -> %s %d\n", pf, saddr, daddr, family) }}
+probe netfilter.ipv4.local_out {{ if (protocol == 6 && dport == {port4} && syn && !ack && !syn4++) printf("ipv4 syn %s -> %s:%d\n", saddr, daddr, dport) }}
+probe netfilter.ip.local_out {{ if (v6 && syn4) exit() }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let sender = std::net::UdpSocket::bind("[::1]:0").expect("binding the sender");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !session.has_exited() && std::time::Instant::now() < deadline {
+        let _ = sender.send_to(b"stap-rs", ("::1", port6));
+        let _ = std::net::TcpStream::connect(("127.0.0.1", port4));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for expected in [
+        // stap formats IPv6 addresses as %pI6: eight groups of four digits.
+        "ipv6 ipv6 0000:0000:0000:0000:0000:0000:0000:0001 -> 0000:0000:0000:0000:0000:0000:0000:0001 10"
+            .to_string(),
+        format!("ipv4 syn 127.0.0.1 -> 127.0.0.1:{port4}"),
+    ] {
+        assert!(
+            lines.contains(&expected.as_str()),
+            "no line {expected:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+}

@@ -44,7 +44,7 @@ impl<'a> Elaborator<'a> {
                         return Err(Diagnostic::error(format!(
                             "unsupported netfilter protocol family `{name}`"
                         ))
-                        .at(c.span, "BPF netfilter links take NF_INET or NF_INET6")
+                        .at(c.span, "BPF netfilter links take IPv4 and IPv6 hooks only (NF_INET/NFPROTO_IPV4, NF_INET6/NFPROTO_IPV6)")
                         .suggest(name, NETFILTER_PFS.iter().map(|(p, _)| *p)));
                     };
                     pf = Some(n);
@@ -157,6 +157,11 @@ const NETFILTER_HOOKS: &[(&str, u32)] = &[
     ("NF_IP_FORWARD", 2),
     ("NF_IP_LOCAL_OUT", 3),
     ("NF_IP_POST_ROUTING", 4),
+    ("NF_IP6_PRE_ROUTING", 0),
+    ("NF_IP6_LOCAL_IN", 1),
+    ("NF_IP6_FORWARD", 2),
+    ("NF_IP6_LOCAL_OUT", 3),
+    ("NF_IP6_POST_ROUTING", 4),
 ];
 
 /// `.priority("N")`: stap writes it as a string; a number is fine too.
@@ -179,4 +184,11 @@ fn netfilter_priority(c: &Component) -> Result<i32, Diagnostic> {
 
 /// `.pf("NAME")` names with their `NFPROTO_*` numbers: the BPF netfilter
 /// link takes IPv4 and IPv6 only.
-const NETFILTER_PFS: &[(&str, u32)] = &[("NF_INET", 2), ("NF_INET6", 10)];
+/// stap's names (NFPROTO_*) and the older ones; BPF netfilter links take
+/// IPv4 and IPv6 hooks only (no NFPROTO_ARP, NFPROTO_BRIDGE).
+const NETFILTER_PFS: &[(&str, u32)] = &[
+    ("NF_INET", 2),
+    ("NF_INET6", 10),
+    ("NFPROTO_IPV4", 2),
+    ("NFPROTO_IPV6", 10),
+];
