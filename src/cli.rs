@@ -3,7 +3,7 @@
 use clap::{Parser, ValueEnum};
 use std::path::PathBuf;
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(
     name = "stap-rs",
     version,
@@ -110,6 +110,16 @@ pub struct Args {
     #[command(flatten)]
     pub ignored: Ignored,
 
+    /// Record the calls of the kernel functions PROBE matches, per thread,
+    /// and write a call graph to -o FILE (.txt tree, .dot/.svg graph,
+    /// .folded stacks), e.g. --callgraph 'kernel.function("tcp_*")'.
+    #[arg(long, value_name = "PROBE")]
+    pub callgraph: Option<String>,
+
+    /// With --callgraph: record only calls made under this function probe.
+    #[arg(long, value_name = "PROBE", requires = "callgraph")]
+    pub trigger: Option<String>,
+
     /// Start the interactive session.
     #[arg(short = 'i')]
     pub interactive: bool,
@@ -125,7 +135,7 @@ pub struct Args {
 /// compile server or its caches. stap-rs builds no module and has no
 /// server or cache, so they are accepted (a stap command line works
 /// unchanged) and have no effect.
-#[derive(clap::Args, Debug, Default)]
+#[derive(clap::Args, Debug, Default, Clone)]
 pub struct Ignored {
     /// Keep the build directory (stap -k): there is none.
     #[arg(short = 'k', hide = true)]

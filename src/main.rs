@@ -1,5 +1,6 @@
 //! `stap-rs`: the command-line front of the compiler and runtime.
 
+mod callgraph;
 mod cli;
 mod driver;
 mod frontend;
@@ -13,7 +14,11 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = cli::Args::parse();
-    match driver::run(&args) {
+    let result = match &args.callgraph {
+        Some(probe) => callgraph::run(&args, probe),
+        None => driver::run(&args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(frontend::Failed) => ExitCode::FAILURE,
     }

@@ -53,7 +53,7 @@ pub const BPF_F_RDONLY_PROG: u32 = 1 << 7;
 pub use stap_lang::bpf::attach::{
     BPF_NETFILTER, BPF_PROG_TYPE_KPROBE, BPF_PROG_TYPE_NETFILTER, BPF_PROG_TYPE_PERF_EVENT,
     BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_PROG_TYPE_TRACEPOINT, BPF_PROG_TYPE_TRACING,
-    BPF_TRACE_FENTRY, BPF_TRACE_FEXIT, BPF_TRACE_RAW_TP,
+    BPF_TRACE_FENTRY, BPF_TRACE_FEXIT, BPF_TRACE_KPROBE_MULTI, BPF_TRACE_RAW_TP,
 };
 pub const BPF_PERF_EVENT: u32 = 41;
 
@@ -838,6 +838,51 @@ pub fn link_create_netfilter(
         hooknum,
         priority,
         netfilter_flags: 0,
+    };
+    bpf_fd(BPF_LINK_CREATE, &mut attr)
+}
+
+#[repr(C)]
+struct LinkCreateKprobeMultiAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    // `link_create.kprobe_multi`.
+    multi_flags: u32,
+    cnt: u32,
+    syms: u64,
+    addrs: u64,
+    cookies: u64,
+}
+
+/// `BPF_F_KPROBE_MULTI_RETURN`: the link fires on return (kretprobes).
+const BPF_F_KPROBE_MULTI_RETURN: u32 = 1;
+
+/// BPF_LINK_CREATE of a kprobe program (loaded with expected attach type
+/// `BPF_TRACE_KPROBE_MULTI`) on every function in `symbols` at once, one
+/// fprobe for all of them (Linux 5.18 and later, `CONFIG_FPROBE`). The
+/// kernel refuses the whole link if one symbol cannot be probed.
+pub fn link_create_kprobe_multi(
+    prog: BorrowedFd,
+    symbols: &[std::ffi::CString],
+    is_return: bool,
+) -> io::Result<OwnedFd> {
+    let pointers: Vec<*const std::ffi::c_char> = symbols.iter().map(|s| s.as_ptr()).collect();
+    let mut attr = LinkCreateKprobeMultiAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: 0,
+        attach_type: BPF_TRACE_KPROBE_MULTI,
+        flags: 0,
+        multi_flags: if is_return {
+            BPF_F_KPROBE_MULTI_RETURN
+        } else {
+            0
+        },
+        cnt: pointers.len() as u32,
+        syms: pointers.as_ptr() as u64,
+        addrs: 0,
+        cookies: 0,
     };
     bpf_fd(BPF_LINK_CREATE, &mut attr)
 }

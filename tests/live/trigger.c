@@ -9,6 +9,8 @@
  *                                    disconnect (connect AF_UNSPEC), close;
  *                                    UDP: connect to the same port,
  *                                    disconnect, close
+ *   trigger NAME send PORT BYTES     TCP: connect to 127.0.0.1:PORT (listening),
+ *                                    write BYTES bytes, close
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,7 +24,7 @@
 #include <unistd.h>
 
 static int usage(void) {
-    fprintf(stderr, "usage: trigger NAME connect PORT | udp ADDR PORT | spin SECONDS\n");
+    fprintf(stderr, "usage: trigger NAME connect PORT | udp ADDR PORT | spin SECONDS | send PORT BYTES\n");
     return 2;
 }
 
@@ -41,6 +43,24 @@ static int send_to(int type, const char *addr, int port) {
         perror("sendto");
         return 1;
     }
+    close(fd);
+    return 0;
+}
+
+/* Connects to a listener on loopback PORT and writes BYTES bytes: the
+ * send path that the call-graph tests record. */
+static int send_bytes(int port, int bytes) {
+    struct sockaddr_in to;
+    memset(&to, 0, sizeof to);
+    to.sin_family = AF_INET;
+    to.sin_port = htons((unsigned short)port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&to, sizeof to) < 0) { perror("connect"); return 1; }
+    char buffer[4096];
+    memset(buffer, 'x', sizeof buffer);
+    if (bytes < 0 || bytes > (int)sizeof buffer) return usage();
+    if (write(fd, buffer, (size_t)bytes) != bytes) { perror("write"); return 1; }
     close(fd);
     return 0;
 }
@@ -89,6 +109,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "connect") == 0 && argc == 4) return send_to(SOCK_STREAM, "127.0.0.1", atoi(argv[3]));
     if (strcmp(argv[2], "udp") == 0 && argc == 5) return send_to(SOCK_DGRAM, argv[3], atoi(argv[4]));
     if (strcmp(argv[2], "spin") == 0 && argc == 4) return spin(atof(argv[3]));
+    if (strcmp(argv[2], "send") == 0 && argc == 5) return send_bytes(atoi(argv[3]), atoi(argv[4]));
     if (strcmp(argv[2], "sockops") == 0 && argc == 4) return sockops(atoi(argv[3]));
     return usage();
 }

@@ -16,6 +16,7 @@ pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 pub const BPF_TRACE_RAW_TP: u32 = 23;
 pub const BPF_TRACE_FENTRY: u32 = 24;
 pub const BPF_TRACE_FEXIT: u32 = 25;
+pub const BPF_TRACE_KPROBE_MULTI: u32 = 42;
 pub const BPF_NETFILTER: u32 = 45;
 
 impl AttachKind {

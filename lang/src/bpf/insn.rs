@@ -99,6 +99,7 @@ pub mod helper {
     pub const RINGBUF_OUTPUT: i32 = 130;
     pub const FOR_EACH_MAP_ELEM: i32 = 164;
     pub const SNPRINTF: i32 = 165;
+    pub const GET_FUNC_IP: i32 = 173;
     pub const MAP_LOOKUP_PERCPU_ELEM: i32 = 195;
 
     pub fn name(id: i32) -> Option<&'static str> {
@@ -121,6 +122,7 @@ pub mod helper {
             RINGBUF_OUTPUT => "ringbuf_output",
             FOR_EACH_MAP_ELEM => "for_each_map_elem",
             SNPRINTF => "snprintf",
+            GET_FUNC_IP => "get_func_ip",
             MAP_LOOKUP_PERCPU_ELEM => "map_lookup_percpu_elem",
             _ => return None,
         })

@@ -189,6 +189,7 @@ const BUILTINS: &[Builtin] = &[
     both("user_mode", &[], LONG, "1 if the probe fired in user mode, else 0"),
     kernel_only("task_current", &[], LONG, "Address of the current task_struct"),
     host_only("pid2execname", &[L], STRING, "Name of the process with this pid (\"\" if none)"),
+    kernel_only("addr", &[], LONG, "Address of the probed function in kernel.function and process probes (0 in other kernel probes)"),
     // Time.
     both("gettimeofday_s", &[], LONG, "Seconds since the epoch"),
     both("gettimeofday_ms", &[], LONG, "Milliseconds since the epoch"),

@@ -149,6 +149,24 @@ impl Emitter<'_> {
                 self.call(helper::KTIME_GET_NS);
                 long_result(self);
             }
+            "addr" => {
+                match &self.module.probes[self.probe as usize].kind {
+                    // The entry address of the probed function, for entry
+                    // and return probes alike (kprobe, kprobe_multi,
+                    // fentry/fexit all implement the helper).
+                    ProbeKind::KernelFunction { .. } => {
+                        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                        self.call(helper::GET_FUNC_IP);
+                    }
+                    // A uprobe's pt_regs: the instruction pointer.
+                    ProbeKind::Process { .. } => {
+                        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                        self.push(Insn::load(DW, R0, R1, PT_REGS_IP));
+                    }
+                    _ => self.push(Insn::mov_imm(R0, 0)),
+                }
+                long_result(self);
+            }
             "jiffies" => {
                 self.call(helper::JIFFIES64);
                 long_result(self);

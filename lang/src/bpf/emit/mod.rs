@@ -158,6 +158,8 @@ enum ContextStyle {
 const PT_REGS_ARGS: [i16; 6] = [112, 104, 96, 88, 72, 64];
 const PT_REGS_AX: i16 = 80;
 const PT_REGS_CS: i16 = 136;
+/// `struct pt_regs` offset of ip.
+const PT_REGS_IP: i16 = 128;
 
 pub(super) fn emit_probe(
     module: &Module,
