@@ -72,6 +72,7 @@ pub fn run(
         target_pid: args.target_pid,
         suppress_errors: args.suppress_handler_errors,
         quiet_errors: args.suppress_handler_errors,
+        verbose: args.verbose > 0,
     };
     let run_host = |probe: usize, rt: &mut HostRuntime| -> Result<(), RuntimeError> {
         host.run_probe(probe, rt)

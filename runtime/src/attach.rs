@@ -24,6 +24,20 @@ const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
 pub struct Attached {
     /// Per program: the fds keeping it attached.
     attachments: Vec<Attachment>,
+    /// What became of each multi-function kprobe program (`-v` prints it).
+    pub function_sets: Vec<FunctionSet>,
+}
+
+/// One program attached to many kernel functions.
+#[derive(Debug, Default)]
+pub struct FunctionSet {
+    /// The probe point, in script syntax.
+    pub probe: String,
+    /// "kprobe_multi" or "kprobes".
+    pub mechanism: &'static str,
+    pub attached: usize,
+    /// Functions the kernel would not probe, with its reason.
+    pub skipped: Vec<(String, String)>,
 }
 
 #[derive(Debug)]
@@ -118,6 +132,19 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             reason,
         };
         let (fds, kprobe_link) = match &program.attach {
+            AttachKind::Kprobes {
+                functions,
+                is_return,
+                multi,
+            } => {
+                let (fds, set) =
+                    kprobe_set(fd.as_fd(), functions, *is_return, *multi).map_err(error)?;
+                attached.function_sets.push(FunctionSet {
+                    probe: program.attach.point_text(),
+                    ..set
+                });
+                (fds, None)
+            }
             AttachKind::Kprobe {
                 function,
                 is_return,
@@ -161,6 +188,11 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             fds.extend(link);
             fds
         }),
+        AttachKind::Kprobes {
+            functions,
+            is_return,
+            multi,
+        } => kprobe_set(prog, functions, *is_return, *multi).map(|(fds, _)| fds),
         AttachKind::Fentry { function, .. } => fentry(prog, function).map(|fd| vec![fd]),
         AttachKind::Uprobe {
             path,
@@ -362,6 +394,107 @@ fn kprobe(
     };
     sys::perf_event_enable(fd.as_fd()).map_err(|e| format!("enabling {what}: {}", os_error(&e)))?;
     Ok((fd, link))
+}
+
+/// One program on many functions. Functions the kernel refuses (notrace,
+/// inlined away, on the kprobe blacklist) are skipped and reported, not
+/// fatal; it is an error only when none can be probed.
+fn kprobe_set(
+    prog: BorrowedFd,
+    functions: &[String],
+    is_return: bool,
+    multi: bool,
+) -> Result<(Vec<OwnedFd>, FunctionSet), String> {
+    let mut set = FunctionSet::default();
+    let mut fds = Vec::new();
+    if multi {
+        set.mechanism = "kprobe_multi";
+        // ftrace lists what fprobe can hook; without the list (tracefs
+        // unreadable) the kernel's refusal is the test.
+        let traceable = traceable_functions();
+        let mut wanted = Vec::new();
+        for function in functions {
+            match &traceable {
+                Some(list) if !list.contains(function.as_str()) => set.skipped.push((
+                    function.clone(),
+                    "not in available_filter_functions (notrace, inlined or blacklisted)"
+                        .to_string(),
+                )),
+                _ => wanted.push(function.as_str()),
+            }
+        }
+        kprobe_multi_links(prog, &wanted, is_return, &mut fds, &mut set);
+    } else {
+        set.mechanism = "kprobes";
+        for function in functions {
+            match kprobe(prog, function, is_return) {
+                Ok((event, link)) => {
+                    fds.push(event);
+                    fds.extend(link);
+                    set.attached += 1;
+                }
+                Err(reason) => set.skipped.push((function.clone(), reason)),
+            }
+        }
+    }
+    if set.attached == 0 {
+        let first = set
+            .skipped
+            .first()
+            .map_or(String::new(), |(f, why)| format!(": {f}: {why}"));
+        return Err(format!(
+            "none of the {} functions could be probed{first}",
+            functions.len()
+        ));
+    }
+    Ok((fds, set))
+}
+
+/// kprobe_multi links over `functions`. The kernel refuses a whole link
+/// for one bad symbol, so a refused list is halved until the bad ones are
+/// alone: a handful of extra links, never one per function.
+fn kprobe_multi_links(
+    prog: BorrowedFd,
+    functions: &[&str],
+    is_return: bool,
+    fds: &mut Vec<OwnedFd>,
+    set: &mut FunctionSet,
+) {
+    if functions.is_empty() {
+        return;
+    }
+    let symbols: Vec<std::ffi::CString> = functions
+        .iter()
+        .filter_map(|f| std::ffi::CString::new(*f).ok())
+        .collect();
+    match sys::link_create_kprobe_multi(prog, &symbols, is_return) {
+        Ok(link) => {
+            fds.push(link);
+            set.attached += functions.len();
+        }
+        Err(e) if functions.len() == 1 => set.skipped.push((
+            functions[0].to_string(),
+            format!("kprobe_multi: {}", os_error(&e)),
+        )),
+        Err(_) => {
+            let (left, right) = functions.split_at(functions.len() / 2);
+            kprobe_multi_links(prog, left, is_return, fds, set);
+            kprobe_multi_links(prog, right, is_return, fds, set);
+        }
+    }
+}
+
+/// The functions ftrace can hook, from tracefs; `None` when unreadable.
+fn traceable_functions() -> Option<std::collections::HashSet<String>> {
+    let tracefs = Tracefs::find().ok()?;
+    let text = fs::read_to_string(tracefs.root().join("available_filter_functions")).ok()?;
+    // "name" or "name [module]"
+    Some(
+        text.lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .map(str::to_string)
+            .collect(),
+    )
 }
 
 /// fentry/fexit: the target was fixed at load time (attach_btf_id).

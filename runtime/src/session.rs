@@ -77,6 +77,8 @@ pub struct Settings {
     /// every handler were in `try { } catch { }` (the count still shows
     /// at the end).
     pub quiet_errors: bool,
+    /// `-v`: report what a multi-function probe attached and skipped.
+    pub verbose: bool,
 }
 
 /// The two compiled halves of one script.
@@ -233,6 +235,7 @@ pub fn run_with_hooks(
     }
     hooks.loaded(&mut runtime, &|_| true);
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
+    report_function_sets(&attached, settings.verbose);
 
     let mut session = Session {
         compiled,
@@ -259,6 +262,31 @@ pub fn run_with_hooks(
         errors: session.errors,
         failed: session.error_ending,
     })
+}
+
+/// A wildcard's functions that the kernel would not probe are skipped, not
+/// fatal: always counted, named with `-v`.
+fn report_function_sets(attached: &attach::Attached, verbose: bool) {
+    for set in &attached.function_sets {
+        if verbose {
+            eprintln!(
+                "{}: {} functions attached ({}), {} skipped",
+                set.probe,
+                set.attached,
+                set.mechanism,
+                set.skipped.len()
+            );
+            for (function, reason) in &set.skipped {
+                eprintln!("  skipped {function}: {reason}");
+            }
+        } else if !set.skipped.is_empty() {
+            eprintln!(
+                "WARNING: {}: {} functions could not be probed (-v names them)",
+                set.probe,
+                set.skipped.len()
+            );
+        }
+    }
 }
 
 fn report_losses(errors: u64, skipped: u64, lost: u64) {
@@ -385,6 +413,7 @@ static LIVE_SETTINGS: Settings = Settings {
     target_pid: None,
     suppress_errors: true,
     quiet_errors: false,
+    verbose: false,
 };
 
 /// One ring buffer and the module its records are decoded with.

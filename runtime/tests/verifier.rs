@@ -241,7 +241,9 @@ fn prog_type(attach: &AttachKind) -> u32 {
         AttachKind::RawTracepoint { .. } => PROG_RAW_TRACEPOINT,
         AttachKind::Tracepoint { .. } => PROG_TRACEPOINT,
         AttachKind::PerfEvent { .. } => PROG_PERF_EVENT,
-        AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => PROG_KPROBE,
+        AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. } | AttachKind::Uprobe { .. } => {
+            PROG_KPROBE
+        }
         AttachKind::Fentry { .. } | AttachKind::TpBtf { .. } => {
             panic!("tracing programs need an attach BTF id; not sampled")
         }

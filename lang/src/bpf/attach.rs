@@ -26,7 +26,9 @@ impl AttachKind {
             AttachKind::RawTracepoint { .. } => BPF_PROG_TYPE_RAW_TRACEPOINT,
             AttachKind::TpBtf { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::Tracepoint { .. } => BPF_PROG_TYPE_TRACEPOINT,
-            AttachKind::Kprobe { .. } | AttachKind::Uprobe { .. } => BPF_PROG_TYPE_KPROBE,
+            AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. } | AttachKind::Uprobe { .. } => {
+                BPF_PROG_TYPE_KPROBE
+            }
             AttachKind::Fentry { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::PerfEvent { .. } => BPF_PROG_TYPE_PERF_EVENT,
             AttachKind::Netfilter { .. } => BPF_PROG_TYPE_NETFILTER,
@@ -45,7 +47,9 @@ impl AttachKind {
                 }
             }
             AttachKind::Netfilter { .. } => BPF_NETFILTER,
-            AttachKind::RawTracepoint { .. }
+            AttachKind::Kprobes { multi: true, .. } => BPF_TRACE_KPROBE_MULTI,
+            AttachKind::Kprobes { multi: false, .. }
+            | AttachKind::RawTracepoint { .. }
             | AttachKind::Tracepoint { .. }
             | AttachKind::Kprobe { .. }
             | AttachKind::Uprobe { .. }
@@ -65,6 +69,16 @@ impl AttachKind {
                 function,
                 is_return,
             } => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+            AttachKind::Kprobes {
+                functions,
+                is_return,
+                ..
+            } => format!(
+                "kernel.function(\"{}\" and {} more){}",
+                functions.first().map_or("", String::as_str),
+                functions.len().saturating_sub(1),
+                ret(*is_return)
+            ),
             AttachKind::Fentry {
                 function,
                 is_return,

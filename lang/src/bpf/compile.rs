@@ -139,12 +139,18 @@ fn compile_in(
         maps.push(spec);
     }
 
+    let shared = shared_kprobe_programs(module, &handlers, options.kernel.kprobe_multi);
     let mut programs = Vec::new();
     let mut scratch_bytes = 8;
     for (position, (probe_index, function)) in handlers.iter().enumerate() {
         let probe_index = *probe_index;
         let probe = &module.probes[probe_index];
-        let Some(attach) = attach_kind(&probe.kind, options.tracepoint_mechanism) else {
+        let attach = match &shared[position] {
+            Share::Alone => attach_kind(&probe.kind, options.tracepoint_mechanism),
+            Share::Leader(attach) => Some(attach.clone()),
+            Share::Folded => continue,
+        };
+        let Some(attach) = attach else {
             diags.push(Diagnostic::unsupported(
                 format!("{} probes in the kernel", probe.kind.family()),
                 probe.span,
@@ -195,6 +201,94 @@ fn compile_in(
         programs,
         btf,
     })
+}
+
+/// What becomes of one kernel handler's program.
+enum Share {
+    /// Its own program, attached to its own point.
+    Alone,
+    /// One program for every function of its group (itself first).
+    Leader(AttachKind),
+    /// Folded into an earlier leader's program.
+    Folded,
+}
+
+/// Built-ins whose value names the probe point: the code of two points
+/// that call them differs even when their IR is the same.
+const POINT_BUILTINS: &[&str] = &["pp", "pn", "ppfunc", "probefunc", "probemod"];
+
+/// The kprobe handlers of one wildcard probe that can share a program: the
+/// same probe statement and direction, and the same code once inlined
+/// (so no argument whose type or register differs between functions), with
+/// no built-in that names the point. Loading one program and attaching it
+/// to every function is what makes `kernel.function("tcp_*")` over
+/// hundreds of functions start in milliseconds rather than seconds.
+fn shared_kprobe_programs(
+    module: &Module,
+    handlers: &[(usize, Function)],
+    multi: bool,
+) -> Vec<Share> {
+    let kprobe = |index: usize| match &module.probes[index].kind {
+        ProbeKind::KernelFunction {
+            name,
+            is_return,
+            mechanism: FunctionMechanism::Kprobe,
+            ..
+        } => Some((name.clone(), *is_return)),
+        _ => None,
+    };
+    let same_code = |a: &Function, b: &Function| {
+        a.blocks == b.blocks
+            && a.regs == b.regs
+            && a.param_count == b.param_count
+            && a.ret == b.ret
+            && a.iters == b.iters
+    };
+    let names_the_point = |f: &Function| {
+        f.blocks.iter().flat_map(|b| &b.insts).any(
+            |inst| matches!(&inst.op, Op::Builtin { name, .. } if POINT_BUILTINS.contains(&name.as_str())),
+        )
+    };
+    // Leaders so far: (position, is_return, functions).
+    let mut groups: Vec<(usize, bool, Vec<String>)> = Vec::new();
+    let mut shares: Vec<Share> = Vec::with_capacity(handlers.len());
+    for (position, (index, function)) in handlers.iter().enumerate() {
+        let Some((name, is_return)) = kprobe(*index) else {
+            shares.push(Share::Alone);
+            continue;
+        };
+        if names_the_point(function) {
+            shares.push(Share::Alone);
+            continue;
+        }
+        let span = module.probes[*index].span;
+        let leader = groups.iter_mut().find(|(at, ret, _)| {
+            let (lead_index, lead_function) = &handlers[*at];
+            *ret == is_return
+                && module.probes[*lead_index].span == span
+                && same_code(lead_function, function)
+        });
+        match leader {
+            Some((_, _, functions)) => {
+                functions.push(name);
+                shares.push(Share::Folded);
+            }
+            None => {
+                groups.push((position, is_return, vec![name]));
+                shares.push(Share::Alone);
+            }
+        }
+    }
+    for (position, is_return, functions) in groups {
+        if functions.len() > 1 {
+            shares[position] = Share::Leader(AttachKind::Kprobes {
+                functions,
+                is_return,
+                multi,
+            });
+        }
+    }
+    shares
 }
 
 /// One BTF blob for every program: `long (void *ctx)` for each handler,

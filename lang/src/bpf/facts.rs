@@ -19,6 +19,9 @@ pub struct EmitFacts {
     /// Per probe (by index): bit `i` set when context slot `i` may be a
     /// typed pointer. Probes past the end: every slot may be.
     pub pointer_slots: Vec<u64>,
+    /// The kernel attaches one kprobe program to many functions with one
+    /// kprobe_multi link (Linux 5.18+ built with `CONFIG_FPROBE`).
+    pub kprobe_multi: bool,
 }
 
 impl EmitFacts {
@@ -30,12 +33,19 @@ impl EmitFacts {
                 .iter()
                 .map(|probe| pointer_slots(&probe.kind, facts))
                 .collect(),
+            kprobe_multi: has_kprobe_multi(facts),
         }
     }
 
     pub fn pointer_slots(&self, probe: usize) -> u64 {
         self.pointer_slots.get(probe).copied().unwrap_or(u64::MAX)
     }
+}
+
+/// kprobe_multi links need kprobes, fprobe (`CONFIG_FPROBE`, which also
+/// says the kernel is 5.18 or later: fprobe came with them) and BTF.
+fn has_kprobe_multi(facts: &dyn KernelFacts) -> bool {
+    facts.mechanisms().kprobes && facts.config("CONFIG_FPROBE").as_deref() == Some("y")
 }
 
 /// Slots whose BTF type is a pointer to anything but `void`: the verifier

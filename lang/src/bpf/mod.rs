@@ -128,6 +128,17 @@ pub enum AttachKind {
         function: String,
         is_return: bool,
     },
+    /// One kprobe program on many kernel functions: the handlers of a
+    /// wildcard probe whose code does not depend on which function fired.
+    /// With `multi`, one kprobe_multi link (the program is loaded with
+    /// expected attach type `BPF_TRACE_KPROBE_MULTI`); otherwise a kprobe
+    /// perf event per function. Functions the kernel cannot probe are
+    /// skipped and counted, not fatal.
+    Kprobes {
+        functions: Vec<String>,
+        is_return: bool,
+        multi: bool,
+    },
     /// `BPF_PROG_TYPE_NETFILTER`, attached with `BPF_LINK_CREATE` in the
     /// current network namespace.
     Netfilter {

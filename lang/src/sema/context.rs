@@ -110,6 +110,13 @@ impl BodyLowerer<'_, '_> {
         if let ast::ExprKind::Context(AstContextVar::Bulk { which, pretty }) = &base.kind {
             return self.bulk(*which, *pretty, base.span);
         }
+        if self.is_entry_param(base) {
+            // A parameter in a kretprobe: as in stap, the value it had at
+            // the entry, saved there (the implicit `@entry`).
+            let lowered = self.entry_expr(e);
+            let ty = lowered.ty;
+            return typed(ExprKind::Entry(Box::new(lowered)), ty, e.span);
+        }
         if address_of && path.is_empty() {
             self.error(Diagnostic::error("`&` needs a member access").at(
                 e.span,
@@ -132,6 +139,19 @@ impl BodyLowerer<'_, '_> {
             _ => Type::Long,
         };
         typed(ExprKind::Context(Box::new(access)), ty, e.span)
+    }
+
+    /// `$name` naming a parameter that only the entry can read (a
+    /// kretprobe's: its registers are gone at the return).
+    fn is_entry_param(&self, base: &ast::Expr) -> bool {
+        let name = match &base.kind {
+            ast::ExprKind::Context(AstContextVar::Named(name)) => name.as_str(),
+            ast::ExprKind::AtVar(name) => name.node.split('@').next().unwrap_or_default(),
+            _ => return false,
+        };
+        self.ctx
+            .as_ref()
+            .is_some_and(|c| c.entry_vars.iter().any(|v| v.name == name))
     }
 
     fn no_context_error(&self, what: &str, span: Span) -> Option<Diagnostic> {

@@ -107,7 +107,16 @@ impl<'a> Elaborator<'a> {
                 )
                 .suggest(spec, all.iter().map(String::as_str)));
         }
-        let mechanism = self.function_mechanism(spec, is_return, span)?;
+        let mut mechanism = self.function_mechanism(spec, is_return, span)?;
+        if protos.len() > 1
+            && self.kernel_probes == KernelProbes::Auto
+            && facts.mechanisms().kprobes
+        {
+            // Many functions: one kprobe program attached to all of them
+            // (one kprobe_multi link where the kernel has fprobe) instead
+            // of loading and verifying one fentry program per function.
+            mechanism = FunctionMechanism::Kprobe;
+        }
         let mut out = Vec::new();
         for proto in protos {
             let context = function_context(&proto, is_return, mechanism, facts);

@@ -481,25 +481,40 @@ mod tests {
         );
     }
 
-    /// A kretprobe's argument registers are clobbered by the return.
+    /// A kretprobe's argument registers are clobbered by the return, so as
+    /// in stap a parameter in a return probe is its value at the entry,
+    /// saved there; fexit reads it directly.
     #[test]
-    fn kretprobes_refuse_arguments_and_fexit_reads_them() {
+    fn return_probes_read_parameters_as_at_the_entry() {
         let facts = FakeKernel::new();
         let script = r#"probe kernel.function("tcp_recvmsg").return { println($len + $return) }"#;
         assert_eq!(
             mechanism(script, &facts, KernelProbes::Fentry),
             Ok(FunctionMechanism::Fentry)
         );
-        let error = mechanism(script, &facts, KernelProbes::Kprobe).unwrap_err();
-        assert!(
-            error.contains("`$len` cannot be read in a kernel.function probe")
-                && error.contains("a kretprobe sees the registers at the return"),
-            "{error}"
-        );
-        let entry = r#"probe kernel.function("tcp_recvmsg").return { println($return) }"#;
         assert_eq!(
-            mechanism(entry, &facts, KernelProbes::Kprobe),
+            mechanism(script, &facts, KernelProbes::Kprobe),
             Ok(FunctionMechanism::Kprobe)
+        );
+    }
+
+    /// A wildcard over many functions attaches one kprobe program to all
+    /// of them in `auto`; one function keeps fentry; a forced choice holds.
+    #[test]
+    fn wildcards_over_many_functions_use_kprobes() {
+        let facts = FakeKernel::new();
+        let wildcard = r#"probe kernel.function("tcp_*") { }"#;
+        assert_eq!(
+            mechanism(wildcard, &facts, KernelProbes::Auto),
+            Ok(FunctionMechanism::Kprobe)
+        );
+        assert_eq!(
+            mechanism(wildcard, &facts, KernelProbes::Fentry),
+            Ok(FunctionMechanism::Fentry)
+        );
+        assert_eq!(
+            mechanism(SENDMSG, &facts, KernelProbes::Auto),
+            Ok(FunctionMechanism::Fentry)
         );
     }
 
