@@ -129,42 +129,54 @@ fn function_probe(point: &str) -> Result<String, Failed> {
 /// record; `cg_records` counts them in the kernel so the end probe can say
 /// how many were produced, and the host how many never arrived.
 ///
-/// With a trigger, a per-thread depth counts how many trigger calls are
-/// open; only calls under one are recorded. The trigger's entry probe comes
-/// first and its return probe last, because probes on one function run in
-/// the order they are attached, which is the script's order.
+/// With a trigger, a per-thread depth counts the trigger calls that are
+/// open, and only calls under one are recorded. The trigger's own probes
+/// record its call and return, and the pattern's probes leave that
+/// function out while it is the open trigger: probes on one function run in
+/// no promised order (an fentry trigger and a kprobe_multi pattern, say),
+/// so nothing may depend on which runs first.
 fn generate(probe: &str, trigger: Option<&str>, has_target: bool) -> String {
-    let mut conditions = Vec::new();
-    if has_target {
-        conditions.push("pid() == target()");
-    }
-    if trigger.is_some() {
-        conditions.push("cg_depth[tid()] > 0");
-    }
-    let guard = |body: &str| match conditions.is_empty() {
-        true => format!("  {body}\n"),
-        false => format!("  if ({}) {{\n    {body}\n  }}\n", conditions.join(" && ")),
+    const ENTRY: &str =
+        "cg_records++; printf(\"E %d %d %d %s\\n\", tid(), ktime_get_ns(), addr(), execname())";
+    const RETURN: &str = "cg_records++; printf(\"R %d %d %d\\n\", tid(), ktime_get_ns(), addr())";
+    let target = has_target.then_some("pid() == target()");
+    let guarded = |conditions: &[Option<&str>], body: &str| {
+        let conditions: Vec<&str> = conditions.iter().flatten().copied().collect();
+        match conditions.is_empty() {
+            true => format!("  {body}\n"),
+            false => format!("  if ({}) {{\n    {body}\n  }}\n", conditions.join(" && ")),
+        }
     };
     let mut script = String::from("global cg_records\n");
+    let mut under_trigger = None;
     if let Some(trigger) = trigger {
-        script.push_str("global cg_depth\n");
+        script.push_str("global cg_depth, cg_trigger\n");
         script.push_str(&format!(
-            "probe {trigger}.call {{\n  cg_depth[tid()]++\n}}\n"
+            "probe {trigger}.call {{\n{}}}\n",
+            guarded(
+                &[target],
+                &format!("cg_depth[tid()]++; cg_trigger[tid()] = addr()\n    {ENTRY}")
+            )
         ));
+        under_trigger = Some("cg_depth[tid()] > 0 && addr() != cg_trigger[tid()]");
     }
     script.push_str(&format!(
         "probe {probe}.call {{\n{}}}\n",
-        guard(
-            "cg_records++; printf(\"E %d %d %d %s\\n\", tid(), ktime_get_ns(), addr(), execname())"
-        )
+        guarded(&[target, under_trigger], ENTRY)
     ));
     script.push_str(&format!(
         "probe {probe}.return {{\n{}}}\n",
-        guard("cg_records++; printf(\"R %d %d %d\\n\", tid(), ktime_get_ns(), addr())")
+        guarded(&[target, under_trigger], RETURN)
     ));
     if let Some(trigger) = trigger {
         script.push_str(&format!(
-            "probe {trigger}.return {{\n  if (cg_depth[tid()] > 1) cg_depth[tid()]--\n  else delete cg_depth[tid()]\n}}\n"
+            "probe {trigger}.return {{\n{}}}\n",
+            guarded(
+                &[Some("cg_depth[tid()] > 0")],
+                &format!(
+                    "{RETURN}\n    if (cg_depth[tid()] > 1) cg_depth[tid()]--\n    else {{ delete cg_depth[tid()]; delete cg_trigger[tid()] }}"
+                )
+            )
         ));
     }
     script.push_str("probe end {\n  printf(\"N %d\\n\", cg_records)\n}\n");
