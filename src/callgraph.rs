@@ -140,11 +140,14 @@ fn generate(probe: &str, trigger: Option<&str>, has_target: bool) -> String {
         "cg_records++; printf(\"E %d %d %d %s\\n\", tid(), ktime_get_ns(), addr(), execname())";
     const RETURN: &str = "cg_records++; printf(\"R %d %d %d\\n\", tid(), ktime_get_ns(), addr())";
     let target = has_target.then_some("pid() == target()");
+    // The body's lines, under an `if` when there are conditions.
     let guarded = |conditions: &[Option<&str>], body: &str| {
         let conditions: Vec<&str> = conditions.iter().flatten().copied().collect();
+        let indent = if conditions.is_empty() { "  " } else { "    " };
+        let lines: String = body.lines().map(|l| format!("{indent}{l}\n")).collect();
         match conditions.is_empty() {
-            true => format!("  {body}\n"),
-            false => format!("  if ({}) {{\n    {body}\n  }}\n", conditions.join(" && ")),
+            true => lines,
+            false => format!("  if ({}) {{\n{lines}  }}\n", conditions.join(" && ")),
         }
     };
     let mut script = String::from("global cg_records\n");
@@ -155,7 +158,7 @@ fn generate(probe: &str, trigger: Option<&str>, has_target: bool) -> String {
             "probe {trigger}.call {{\n{}}}\n",
             guarded(
                 &[target],
-                &format!("cg_depth[tid()]++; cg_trigger[tid()] = addr()\n    {ENTRY}")
+                &format!("cg_depth[tid()]++; cg_trigger[tid()] = addr()\n{ENTRY}")
             )
         ));
         under_trigger = Some("cg_depth[tid()] > 0 && addr() != cg_trigger[tid()]");
@@ -174,7 +177,7 @@ fn generate(probe: &str, trigger: Option<&str>, has_target: bool) -> String {
             guarded(
                 &[Some("cg_depth[tid()] > 0")],
                 &format!(
-                    "{RETURN}\n    if (cg_depth[tid()] > 1) cg_depth[tid()]--\n    else {{ delete cg_depth[tid()]; delete cg_trigger[tid()] }}"
+                    "{RETURN}\nif (cg_depth[tid()] > 1) cg_depth[tid()]--\nelse {{ delete cg_depth[tid()]; delete cg_trigger[tid()] }}"
                 )
             )
         ));
