@@ -38,13 +38,11 @@ mod kernel_foreach;
 #[path = "live/kernel_gaps.rs"]
 mod kernel_gaps;
 
-<<<<<<< HEAD
 #[path = "live/identity.rs"]
 mod identity;
-=======
+
 #[path = "live/callgraph.rs"]
 mod callgraph;
->>>>>>> 92e1eb0 (--callgraph: a generated recording script, per-thread call trees as function_graph text, dot/svg and folded stacks; addr() in kernel function probes; trigger send mode)
 
 #[path = "live/try_catch.rs"]
 mod try_catch;

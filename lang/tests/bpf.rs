@@ -659,3 +659,75 @@ fn listing_kernel_variance_combines_cpus() {
         .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
     insta::assert_snapshot!(bpf::listing(&object, &map));
 }
+
+/// The kprobe programs of a script against the fake 6.18 kernel (fentry
+/// and kprobes), with or without kprobe_multi.
+fn kprobe_programs(script: &str, multi: bool) -> Vec<AttachKind> {
+    let (module, map) = stap_lang::testing::lower_script(script, &FakeKernel::new());
+    let mut options = options();
+    options.kernel.kprobe_multi = multi;
+    let object =
+        bpf::compile(&module, &options).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    object.programs.into_iter().map(|p| p.attach).collect()
+}
+
+#[test]
+fn a_wildcard_whose_code_does_not_depend_on_the_function_shares_one_program() {
+    let attach = kprobe_programs(r#"global n probe kernel.function("tcp_*") { n++ }"#, true);
+    let [
+        AttachKind::Kprobes {
+            functions,
+            is_return: false,
+            multi: true,
+        },
+    ] = attach.as_slice()
+    else {
+        panic!("one shared program: {attach:?}");
+    };
+    assert!(functions.len() > 5, "{functions:?}");
+    assert!(functions.contains(&"tcp_sendmsg".to_string()));
+}
+
+#[test]
+fn ppfunc_in_a_shared_program_is_computed_from_the_address() {
+    let script = r#"probe kernel.function("tcp_*").return { printf("%s %s\n", ppfunc(), pn()) }"#;
+    let (module, map) = stap_lang::testing::lower_script(script, &FakeKernel::new());
+    let mut options = options();
+    options.kernel.kprobe_multi = false;
+    let object =
+        bpf::compile(&module, &options).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    assert_eq!(object.programs.len(), 1, "one program for every function");
+    assert!(matches!(
+        object.programs[0].attach,
+        AttachKind::Kprobes {
+            is_return: true,
+            multi: false,
+            ..
+        }
+    ));
+    let listing = bpf::listing(&object, &map);
+    assert!(listing.contains("get_func_ip"), "{listing}");
+    assert!(
+        listing.contains("snprintf"),
+        "symname through %ps: {listing}"
+    );
+}
+
+#[test]
+fn handlers_that_read_arguments_of_different_types_keep_their_own_programs() {
+    // `$sk` is the first argument of some tcp_* functions and absent from
+    // others, so the code differs between functions.
+    let attach = kprobe_programs(
+        r#"probe kernel.function("tcp_*") { println(@choose_defined($sk, 0)) }"#,
+        true,
+    );
+    assert!(attach.len() > 1, "{attach:?}");
+    // pp() names each point: never shared.
+    let attach = kprobe_programs(r#"probe kernel.function("tcp_*") { println(pp()) }"#, true);
+    assert!(
+        attach
+            .iter()
+            .all(|a| matches!(a, AttachKind::Kprobe { .. })),
+        "{attach:?}"
+    );
+}

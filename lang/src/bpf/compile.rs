@@ -11,7 +11,7 @@ use super::maps::*;
 use super::snprintf;
 use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
 use crate::diag::Diagnostic;
-use crate::ir::{Function, Module, Op, Storage};
+use crate::ir::{Function, Inst, Module, Op, Reg, Storage, ValType, identity};
 use crate::ir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
 use crate::kernel::TracepointArgs;
 use crate::source::SourceMap;
@@ -79,6 +79,8 @@ fn compile_in(
         flags: 0,
         role,
     };
+    // Before the format table: a shared program may gain symname() calls.
+    let shared = shared_kprobe_programs(module, &mut handlers, options.kernel.kprobe_multi);
     let formats = match format_table(module, &handlers, maps.len() + 4) {
         Ok(formats) => formats,
         Err(mut errors) => {
@@ -139,7 +141,6 @@ fn compile_in(
         maps.push(spec);
     }
 
-    let shared = shared_kprobe_programs(module, &handlers, options.kernel.kprobe_multi);
     let mut programs = Vec::new();
     let mut scratch_bytes = 8;
     for (position, (probe_index, function)) in handlers.iter().enumerate() {
@@ -213,25 +214,28 @@ enum Share {
     Folded,
 }
 
-/// Built-ins whose value names the probe point: the code of two points
-/// that call them differs even when their IR is the same.
-const POINT_BUILTINS: &[&str] = &["pp", "pn", "ppfunc", "probefunc", "probemod"];
-
 /// The kprobe handlers of one wildcard probe that can share a program: the
-/// same probe statement and direction, and the same code once inlined
-/// (so no argument whose type or register differs between functions), with
-/// no built-in that names the point. Loading one program and attaching it
-/// to every function is what makes `kernel.function("tcp_*")` over
-/// hundreds of functions start in milliseconds rather than seconds.
+/// same probe statement and direction, and the same code once inlined (so
+/// no argument whose type or register differs between functions). Loading
+/// one program and attaching it to every function is what makes
+/// `kernel.function("tcp_*")` over hundreds of functions start in
+/// milliseconds rather than seconds.
+///
+/// The identity built-ins are constants of each point: a group shares a
+/// program only if each one it calls has the same value for every member
+/// (`pn()`, `probemod()`), or is the probed function's name (`ppfunc()`,
+/// `probefunc()` of kernel functions), which the shared program computes
+/// from the address that fired: `symname(addr())`.
 fn shared_kprobe_programs(
     module: &Module,
-    handlers: &[(usize, Function)],
+    handlers: &mut [(usize, Function)],
     multi: bool,
 ) -> Vec<Share> {
     let kprobe = |index: usize| match &module.probes[index].kind {
         ProbeKind::KernelFunction {
             name,
             is_return,
+            module: None,
             mechanism: FunctionMechanism::Kprobe,
             ..
         } => Some((name.clone(), *is_return)),
@@ -244,51 +248,117 @@ fn shared_kprobe_programs(
             && a.ret == b.ret
             && a.iters == b.iters
     };
-    let names_the_point = |f: &Function| {
-        f.blocks.iter().flat_map(|b| &b.insts).any(
-            |inst| matches!(&inst.op, Op::Builtin { name, .. } if POINT_BUILTINS.contains(&name.as_str())),
-        )
-    };
-    // Leaders so far: (position, is_return, functions).
-    let mut groups: Vec<(usize, bool, Vec<String>)> = Vec::new();
-    let mut shares: Vec<Share> = Vec::with_capacity(handlers.len());
+    // Groups so far: (is_return, member positions).
+    let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
     for (position, (index, function)) in handlers.iter().enumerate() {
-        let Some((name, is_return)) = kprobe(*index) else {
-            shares.push(Share::Alone);
+        let Some((_, is_return)) = kprobe(*index) else {
             continue;
         };
-        if names_the_point(function) {
-            shares.push(Share::Alone);
-            continue;
-        }
         let span = module.probes[*index].span;
-        let leader = groups.iter_mut().find(|(at, ret, _)| {
-            let (lead_index, lead_function) = &handlers[*at];
+        let group = groups.iter_mut().find(|(ret, members)| {
+            let (lead_index, lead_function) = &handlers[members[0]];
             *ret == is_return
                 && module.probes[*lead_index].span == span
                 && same_code(lead_function, function)
         });
-        match leader {
-            Some((_, _, functions)) => {
-                functions.push(name);
-                shares.push(Share::Folded);
-            }
-            None => {
-                groups.push((position, is_return, vec![name]));
-                shares.push(Share::Alone);
-            }
+        match group {
+            Some((_, members)) => members.push(position),
+            None => groups.push((is_return, vec![position])),
         }
     }
-    for (position, is_return, functions) in groups {
-        if functions.len() > 1 {
-            shares[position] = Share::Leader(AttachKind::Kprobes {
-                functions,
-                is_return,
-                multi,
-            });
+    let mut shares: Vec<Share> = handlers.iter().map(|_| Share::Alone).collect();
+    for (is_return, members) in groups {
+        if members.len() < 2 {
+            continue;
+        }
+        let identities = identity_calls(&handlers[members[0]].1);
+        let varying: Vec<&str> = identities
+            .iter()
+            .copied()
+            .filter(|name| {
+                let value = |at: usize| identity::constant(name, &module.probes[handlers[at].0]);
+                members.iter().any(|at| value(*at) != value(members[0]))
+            })
+            .collect();
+        if varying
+            .iter()
+            .any(|name| !RUNTIME_IDENTITIES.contains(name))
+        {
+            continue;
+        }
+        let functions = members
+            .iter()
+            .filter_map(|at| kprobe(handlers[*at].0).map(|(name, _)| name))
+            .collect();
+        runtime_identities(&mut handlers[members[0]].1, &varying);
+        shares[members[0]] = Share::Leader(AttachKind::Kprobes {
+            functions,
+            is_return,
+            multi,
+        });
+        for at in &members[1..] {
+            shares[*at] = Share::Folded;
         }
     }
     shares
+}
+
+/// Identity built-ins a shared program computes when it runs: the name of
+/// the function the address that fired belongs to.
+const RUNTIME_IDENTITIES: &[&str] = &["ppfunc", "probefunc"];
+
+/// The identity built-ins `function` calls.
+fn identity_calls(function: &Function) -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = ["pp", "pn", "ppfunc", "probefunc", "probemod"]
+        .into_iter()
+        .filter(|wanted| {
+            function
+                .blocks
+                .iter()
+                .flat_map(|b| &b.insts)
+                .any(|inst| matches!(&inst.op, Op::Builtin { name, .. } if name == wanted))
+        })
+        .collect();
+    names.dedup();
+    names
+}
+
+/// Rewrites each call of the built-ins in `names` to `symname(addr())`.
+fn runtime_identities(function: &mut Function, names: &[&str]) {
+    for block in 0..function.blocks.len() {
+        let insts = std::mem::take(&mut function.blocks[block].insts);
+        let mut rewritten = Vec::with_capacity(insts.len());
+        for inst in insts {
+            match &inst.op {
+                Op::Builtin {
+                    dst: Some(dst),
+                    name,
+                    ..
+                } if names.contains(&name.as_str()) => {
+                    let addr = Reg(function.regs.len() as u32);
+                    function.regs.push(ValType::Long);
+                    rewritten.push(Inst {
+                        op: Op::Builtin {
+                            dst: Some(addr),
+                            name: "addr".to_string(),
+                            args: Vec::new(),
+                        },
+                        span: inst.span,
+                    });
+                    rewritten.push(Inst {
+                        op: Op::Builtin {
+                            dst: Some(*dst),
+                            name: "symname".to_string(),
+                            args: vec![addr],
+                        },
+                        span: inst.span,
+                    });
+                }
+                _ => rewritten.push(inst),
+            }
+        }
+        function.blocks[block].insts = rewritten;
+    }
 }
 
 /// One BTF blob for every program: `long (void *ctx)` for each handler,
