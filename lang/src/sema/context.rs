@@ -146,7 +146,7 @@ impl BodyLowerer<'_, '_> {
     fn is_entry_param(&self, base: &ast::Expr) -> bool {
         let name = match &base.kind {
             ast::ExprKind::Context(AstContextVar::Named(name)) => name.as_str(),
-            ast::ExprKind::AtVar(name) => name.node.split('@').next().unwrap_or_default(),
+            ast::ExprKind::AtVar { name, .. } => name.node.split('@').next().unwrap_or_default(),
             _ => return false,
         };
         self.ctx
