@@ -286,7 +286,8 @@ fn maps_follow_the_layout() {
         AttachKind::PerfEvent {
             perf_type: 1,
             config: 0,
-            sample_period: 4_000_000
+            sample_period: 4_000_000,
+            frequency: false,
         }
     );
     for program in object.programs.iter().chain(&profile.programs) {

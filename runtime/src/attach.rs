@@ -179,7 +179,8 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             perf_type,
             config,
             sample_period,
-        } => perf_event(prog, *perf_type, *config, *sample_period),
+            frequency,
+        } => perf_event(prog, *perf_type, *config, *sample_period, *frequency),
         AttachKind::Kprobe {
             function,
             is_return,
@@ -316,12 +317,14 @@ fn perf_event(
     perf_type: u32,
     config: u64,
     sample_period: u64,
+    frequency: bool,
 ) -> Result<Vec<OwnedFd>, String> {
     let cpus = sys::online_cpus().map_err(|e| format!("reading the online CPUs: {e}"))?;
     let event = PerfEvent {
         perf_type,
         config,
         sample_period: sample_period.max(1),
+        sample_freq: frequency.then_some(sample_period.max(1)),
         ..PerfEvent::default()
     };
     let what = format!("perf event type {perf_type} config {config}");

@@ -94,7 +94,11 @@ impl AttachKind {
                 perf_type,
                 config,
                 sample_period,
-            } => format!("perf.type({perf_type}).config({config}).sample({sample_period})"),
+                frequency,
+            } => format!(
+                "perf.type({perf_type}).config({config}).{}({sample_period})",
+                if *frequency { "hz" } else { "sample" }
+            ),
             AttachKind::Uprobe {
                 path,
                 function,

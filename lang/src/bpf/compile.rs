@@ -606,16 +606,19 @@ fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<Att
             perf_type,
             config,
             sample_period,
+            frequency,
             ..
         } => AttachKind::PerfEvent {
             perf_type: *perf_type,
             config: *config,
             sample_period: *sample_period,
+            frequency: *frequency,
         },
         ProbeKind::TimerProfile => AttachKind::PerfEvent {
             perf_type: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_CPU_CLOCK,
             sample_period: PROFILE_PERIOD_NS,
+            frequency: false,
         },
         ProbeKind::Process {
             path,

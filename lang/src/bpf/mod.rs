@@ -121,7 +121,9 @@ pub enum AttachKind {
     PerfEvent {
         perf_type: u32,
         config: u64,
+        /// Events per sample, or samples a second with `frequency`.
         sample_period: u64,
+        frequency: bool,
     },
     Uprobe {
         path: String,

@@ -248,8 +248,10 @@ pub enum ProbeKind {
         /// `PERF_TYPE_*`.
         perf_type: u32,
         config: u64,
-        /// Sample period in events.
+        /// Sample period in events, or samples a second with `frequency`.
         sample_period: u64,
+        /// `.hz(N)`: `sample_period` is a frequency.
+        frequency: bool,
         /// `sw.cpu_clock` etc., or `type(T).config(C)`.
         event: String,
     },

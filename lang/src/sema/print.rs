@@ -226,9 +226,15 @@ impl Printer<'_> {
                 perf_type,
                 config,
                 sample_period,
+                frequency,
                 event,
             } => format!(
-                "perf event {event} (type {perf_type}, config {config}), every {sample_period} events"
+                "perf event {event} (type {perf_type}, config {config}), {}",
+                if *frequency {
+                    format!("{sample_period} samples a second")
+                } else {
+                    format!("every {sample_period} events")
+                }
             ),
             ProbeKind::TimerProfile => "perf event cpu-clock sampling (timer.profile)".to_string(),
             ProbeKind::Process {

@@ -1,5 +1,6 @@
 //! `perf.sw.EVENT`, `perf.hw.EVENT` and `perf.type(T).config(C)`, each
-//! with an optional `.sample(N)`: perf events.
+//! with an optional `.sample(N)` (every N events) or `.hz(N)` (N samples a
+//! second): perf events.
 
 use super::{Component, ResolvedPoint, number_arg, plain, positive, render};
 use crate::diag::Diagnostic;
@@ -49,24 +50,25 @@ impl<'a> Elaborator<'a> {
                 );
             }
         };
-        let sample_period = match rest {
-            [] => DEFAULT_PERIOD,
-            ["sample"] => {
+        let (sample_period, frequency) = match rest {
+            [] => (DEFAULT_PERIOD, false),
+            [suffix @ ("sample" | "hz")] => {
                 let c = &comps[comps.len() - 1];
-                positive(number_arg(c, "sample")?, c)?
+                (positive(number_arg(c, suffix)?, c)?, *suffix == "hz")
             }
             _ => {
                 return Err(Diagnostic::error(format!(
                     "unknown perf probe suffix in `{}`",
                     render(comps)
                 ))
-                .at(span, "expected `.sample(N)`"));
+                .at(span, "expected `.sample(N)` or `.hz(N)`"));
             }
         };
         let kind = ProbeKind::Perf {
             perf_type,
             config,
             sample_period,
+            frequency,
             event,
         };
         Ok(plain(kind, "perf", render(comps), span))
