@@ -187,6 +187,18 @@ pub trait KernelFacts {
         name: &str,
     ) -> Result<Option<Tracepoint>, FactsError>;
 
+    /// The fields of a tracepoint's classic record (its tracefs `format`
+    /// file), for a tracepoint that also has raw arguments: stap's BPF
+    /// backend reads those fields (`$next_comm` on `sched_switch`). `None`
+    /// when there is no classic event.
+    fn classic_fields(
+        &self,
+        _system: &str,
+        _name: &str,
+    ) -> Result<Option<Vec<ClassicField>>, FactsError> {
+        Ok(None)
+    }
+
     /// Every traceable kernel function name (from BTF FUNC records).
     fn function_names(&self) -> Result<Vec<String>, FactsError>;
 

@@ -3,7 +3,8 @@
 //! accesses with byte offsets from [`KernelFacts`].
 
 use super::hir::{
-    AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextVar, Expr, ExprKind, Type,
+    AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextSource, ContextVar, Expr,
+    ExprKind, Type,
 };
 use super::lower::{BodyLowerer, invalid};
 use super::points::ProbeContext;
@@ -124,9 +125,15 @@ impl BodyLowerer<'_, '_> {
             ));
             return invalid(e.span);
         }
-        let Some((access_base, cursor)) = self.access_base(base) else {
+        let Some((mut access_base, mut cursor)) = self.access_base(base) else {
             return invalid(e.span);
         };
+        let mut path = path;
+        if let Some((element, cursor_at)) = self.classic_element(&access_base, path) {
+            access_base = AccessBase::Var(element);
+            cursor = cursor_at;
+            path = &path[1..];
+        }
         if self.refuse_user_members(&access_base, path) {
             return invalid(e.span);
         }
@@ -245,6 +252,15 @@ impl BodyLowerer<'_, '_> {
         }
         let ctx = self.ctx.as_ref()?;
         if let Some(v) = ctx.vars.iter().find(|v| v.name == name) {
+            if ctx.classic_fields.is_some() {
+                let used = Some((name.to_string(), span));
+                match v.source {
+                    ContextSource::ClassicField { .. } => {
+                        self.classic_field_use = self.classic_field_use.take().or(used)
+                    }
+                    _ => self.raw_arg_use = self.raw_arg_use.take().or(used),
+                }
+            }
             return Some(v.clone());
         }
         if let Some(d) = unreadable_error(ctx, name, &spelled, span) {
@@ -314,6 +330,44 @@ impl BodyLowerer<'_, '_> {
             ),
         );
         true
+    }
+
+    /// `$field[N]` of an array field of a classic tracepoint record (`char
+    /// next_comm[16]`): the record is the program's context, read only at
+    /// constant offsets, so element N is a field of its own.
+    fn classic_element(
+        &self,
+        base: &AccessBase,
+        path: &[MemberStep],
+    ) -> Option<(ContextVar, Cursor)> {
+        let AccessBase::Var(v) = base else {
+            return None;
+        };
+        let ContextSource::ClassicField { offset, .. } = v.source else {
+            return None;
+        };
+        let Some(MemberStep::Subscript(index)) = path.first() else {
+            return None;
+        };
+        let ast::ExprKind::Literal(ast::Literal::Number(n)) = index.kind else {
+            return None;
+        };
+        let facts = self.elab.facts;
+        let TypeKind::Array { elem, len } = facts.kind(v.ty) else {
+            return None;
+        };
+        let n = u32::try_from(n).ok().filter(|n| *n < len)?;
+        let size = type_size(facts, elem);
+        let element = ContextVar {
+            name: format!("{}[{n}]", v.name),
+            ty: elem,
+            type_name: facts.type_name(elem),
+            source: ContextSource::ClassicField {
+                offset: offset + n * size,
+                size,
+            },
+        };
+        Some((element, Cursor::Value(elem)))
     }
 
     fn access_base(&mut self, base: &ast::Expr) -> Option<(AccessBase, Cursor)> {

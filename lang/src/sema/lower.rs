@@ -23,6 +23,10 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     /// The probe's context; `None` inside functions.
     pub ctx: Option<ProbeContext>,
     in_function: bool,
+    /// The first raw tracepoint argument and classic record field the
+    /// body reads (a tracepoint probe reads one kind or the other).
+    pub(crate) raw_arg_use: Option<(String, Span)>,
+    pub(crate) classic_field_use: Option<(String, Span)>,
 }
 
 fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
@@ -195,7 +199,18 @@ pub(crate) fn lower_probe(
         });
     }
     let prologues = point.prologues.len();
+    let classic_switch = classic_tracepoint(&lowerer, &point);
     let locals = lowerer.finish();
+    let mut point = point;
+    match classic_switch {
+        Ok(Some(fields)) => {
+            if let hir::ProbeKind::Tracepoint { args, .. } = &mut point.kind {
+                *args = crate::kernel::TracepointArgs::Classic(fields);
+            }
+        }
+        Ok(None) => {}
+        Err(d) => elab.error(d),
+    }
     let placement = match point.kind {
         hir::ProbeKind::Begin { .. }
         | hir::ProbeKind::End { .. }
@@ -224,6 +239,28 @@ pub(crate) fn lower_probe(
     }
 }
 
+/// A raw tracepoint probe that reads a field of the classic record (and no
+/// raw argument) runs on the classic tracepoint instead, whose context is
+/// that record: its fields. Reading both kinds is an error.
+fn classic_tracepoint(
+    lowerer: &BodyLowerer<'_, '_>,
+    point: &ResolvedPoint<'_>,
+) -> Result<Option<Vec<crate::kernel::ClassicField>>, Diagnostic> {
+    let (Some((field, at)), Some(fields)) =
+        (&lowerer.classic_field_use, &point.context.classic_fields)
+    else {
+        return Ok(None);
+    };
+    if let Some((arg, arg_at)) = &lowerer.raw_arg_use {
+        return Err(Diagnostic::error(format!(
+            "`${field}` is a field of the classic tracepoint record and `${arg}` an argument of the raw tracepoint: one probe reads one or the other"
+        ))
+        .at(*at, "a classic record field")
+        .also(*arg_at, "a raw tracepoint argument"));
+    }
+    Ok(Some(fields.clone()))
+}
+
 fn block_stmt(b: hir::Block) -> Stmt {
     Stmt {
         span: b.span,
@@ -241,6 +278,8 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             first_read: Vec::new(),
             ctx,
             in_function: false,
+            raw_arg_use: None,
+            classic_field_use: None,
         }
     }
 

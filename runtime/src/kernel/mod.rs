@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::kernel::{
-    FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms, Member, Param,
-    Tracepoint, TracepointArgs, TypeId, TypeKind,
+    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms,
+    Member, Param, Tracepoint, TracepointArgs, TypeId, TypeKind,
 };
 
 use crate::btf::{Btf, BtfError, Kind};
@@ -300,6 +300,21 @@ impl KernelFacts for BtfKernel {
             name: name.to_string(),
             args: TracepointArgs::Classic(self.classic_fields(&own)),
         }))
+    }
+
+    fn classic_fields(
+        &self,
+        system: &str,
+        name: &str,
+    ) -> Result<Option<Vec<ClassicField>>, FactsError> {
+        let Some(fs) = &self.tracefs else {
+            return Ok(None);
+        };
+        let Some(format) = fs.format(system, name).map_err(facts_error)? else {
+            return Ok(None);
+        };
+        let own: Vec<&FormatField> = format.own_fields().collect();
+        Ok(Some(self.classic_fields(&own)))
     }
 
     fn function_names(&self) -> Result<Vec<String>, FactsError> {

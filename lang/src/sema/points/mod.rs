@@ -51,6 +51,10 @@ pub(crate) struct ProbeContext {
     /// Kretprobes and uretprobes: the parameters, readable only inside `@entry(...)`
     /// (an entry probe saves the value; they are also in `unreadable`).
     pub entry_vars: Vec<ContextVar>,
+    /// Raw tracepoints: the classic record's fields, which the probe reads
+    /// instead of the raw arguments when it uses one of them (`vars` then
+    /// also lists the fields whose names no argument has).
+    pub classic_fields: Option<Vec<crate::kernel::ClassicField>>,
 }
 
 /// One concrete point a probe body gets attached to.

@@ -96,7 +96,24 @@ impl<'a> Elaborator<'a> {
 }
 
 fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -> ProbeContext {
-    let vars = match &tp.args {
+    let classic = |f: &crate::kernel::ClassicField| ContextVar {
+        name: f.name.clone(),
+        ty: f.ty,
+        type_name: facts.type_name(f.ty),
+        source: ContextSource::ClassicField {
+            offset: f.offset,
+            size: f.size,
+        },
+    };
+    // A raw tracepoint also offers its classic record's fields that no
+    // argument is named after, as stap's BPF backend does.
+    let classic_fields = match &tp.args {
+        TracepointArgs::Raw(_) if !tp.system.is_empty() => {
+            facts.classic_fields(&tp.system, &tp.name).ok().flatten()
+        }
+        _ => None,
+    };
+    let mut vars: Vec<ContextVar> = match &tp.args {
         TracepointArgs::Raw(params) => params
             .iter()
             .enumerate()
@@ -107,22 +124,20 @@ fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -
                 source: ContextSource::TracepointArg(i as u32),
             })
             .collect(),
-        TracepointArgs::Classic(fields) => fields
-            .iter()
-            .map(|f| ContextVar {
-                name: f.name.clone(),
-                ty: f.ty,
-                type_name: facts.type_name(f.ty),
-                source: ContextSource::ClassicField {
-                    offset: f.offset,
-                    size: f.size,
-                },
-            })
-            .collect(),
+        TracepointArgs::Classic(fields) => fields.iter().map(classic).collect(),
     };
+    if let Some(fields) = &classic_fields {
+        let extra: Vec<ContextVar> = fields
+            .iter()
+            .filter(|f| !vars.iter().any(|v| v.name == f.name))
+            .map(classic)
+            .collect();
+        vars.extend(extra);
+    }
     ProbeContext {
         family: "kernel.trace",
         vars,
+        classic_fields,
         ..ProbeContext::default()
     }
 }
