@@ -829,6 +829,7 @@ impl Session<'_> {
                         let enum_type = module.string(name);
                         self.runtime.enums.name(enum_type, addr as i64)
                     }
+                    SymbolText::Time { local } => builtins::ctime(addr as i64, local),
                     // Only `Arg::Stack` carries stacks.
                     SymbolText::Stack { .. } => String::new(),
                 }),

@@ -67,6 +67,9 @@ pub const TAG_ENUM_BASE: u32 = 0x100;
 /// frames captured, `u64` the thread group id (user stacks), then
 /// [`MAX_FRAMES`] `u64` return addresses.
 pub const TAG_STACK_BASE: u32 = 0x10;
+/// `ctime(secs)`, then `tz_ctime(secs)`: `len` = 8, the seconds.
+pub const TAG_CTIME: u32 = 0x20;
+pub const TAG_TZ_CTIME: u32 = 0x21;
 
 /// Frames a stack capture keeps: stap's default MAXBACKTRACE.
 pub const MAX_FRAMES: u32 = 20;
@@ -118,6 +121,7 @@ pub fn symbol_tag(how: SymbolText) -> u32 {
         SymbolText::Module => TAG_MODNAME,
         SymbolText::Enum(name) => TAG_ENUM_BASE + name.0,
         SymbolText::Stack { user, full } => TAG_STACK_BASE + user as u32 + 2 * full as u32,
+        SymbolText::Time { local } => TAG_CTIME + local as u32,
     }
 }
 
@@ -354,6 +358,12 @@ pub fn decode<'a>(
                         let len = reader.u32()?;
                         match tag {
                             TAG_TEXT => Arg::Str(reader.text(len, max_string_len)?),
+                            TAG_CTIME | TAG_TZ_CTIME => Arg::Symbol {
+                                addr: reader.u64()?,
+                                how: SymbolText::Time {
+                                    local: tag == TAG_TZ_CTIME,
+                                },
+                            },
                             TAG_SYMNAME | TAG_SYMDATA | TAG_MODNAME => {
                                 let how = match tag {
                                     TAG_SYMNAME => SymbolText::Name,

@@ -349,6 +349,8 @@ pub enum SymbolText {
     /// symbolizes them. `full` is `print_stack`'s layout (` 0xADDR :
     /// sym+off/size [mod]` lines), else `sprint_stack`'s (`sym+off [mod]`).
     Stack { user: bool, full: bool },
+    /// `ctime(secs)` (`local`: `tz_ctime`): the host formats the date.
+    Time { local: bool },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -499,6 +499,9 @@ impl Printer<'_> {
                             SymbolText::Enum(e) => {
                                 format!("enum_name({}, {})", self.string(*e), reg(*addr))
                             }
+                            SymbolText::Time { local } => {
+                                format!("{}ctime({})", if *local { "tz_" } else { "" }, reg(*addr))
+                            }
                             SymbolText::Stack { user, full } => format!(
                                 "{}stack({})",
                                 if *user { "u" } else { "k" },

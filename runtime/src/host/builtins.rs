@@ -459,7 +459,7 @@ fn escape(src: &[u8]) -> Vec<u8> {
 }
 
 /// `ctime`: `Thu Jan  1 00:00:00 1970` (UTC, or local time for `tz_ctime`).
-fn ctime(secs: i64, local: bool) -> String {
+pub fn ctime(secs: i64, local: bool) -> String {
     let t = secs as libc::time_t;
     // SAFETY: zeroed `tm` is a valid output buffer for the _r functions.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };

@@ -733,6 +733,6 @@ fn symbol_code(how: SymbolText) -> i64 {
         SymbolText::Module => 2,
         SymbolText::Enum(name) => 3 + i64::from(name.0),
         // Only kernel code captures stacks; a host probe has none to print.
-        SymbolText::Stack { .. } => -1,
+        SymbolText::Stack { .. } | SymbolText::Time { .. } => -1,
     }
 }

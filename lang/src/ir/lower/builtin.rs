@@ -108,6 +108,15 @@ impl FnLowering<'_, '_> {
                 );
                 Some(self.const_str("", span))
             }
+            "ctime" | "tz_ctime" if self.is_kernel() => {
+                self.m.unsupported(
+                    format!(
+                        "{name}() in a kernel probe other than as a printf argument (the host formats dates)"
+                    ),
+                    span,
+                );
+                Some(self.const_str("", span))
+            }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
             "exit" => {
                 self.body.emit(Op::Exit, span);
@@ -291,6 +300,9 @@ impl FnLowering<'_, '_> {
             "symname" => SymbolText::Name,
             "symdata" => SymbolText::Data,
             "modname" => SymbolText::Module,
+            // BPF has no calendar: the seconds travel, the host formats.
+            "ctime" => SymbolText::Time { local: false },
+            "tz_ctime" => SymbolText::Time { local: true },
             // BPF cannot read BTF: the value travels and the host names it.
             "enum_name" => {
                 return match &args[..] {
