@@ -237,6 +237,14 @@ pub trait KernelFacts {
         let _ = (path, function);
         Ok(None)
     }
+
+    /// `process(PATH).statement("FUNC@FILE:LINE")`: the file offset of the
+    /// line's first instruction from the binary's DWARF line table;
+    /// `Err` says why it cannot be found. `Ok(None)`: not checked here.
+    fn user_statement(&self, path: &str, spec: &str) -> Result<Option<u64>, FactsError> {
+        let _ = (path, spec);
+        Ok(None)
+    }
 }
 
 /// Finds `name` among the members of `ty`, descending into anonymous

@@ -518,7 +518,12 @@ fn uprobe(
     function: &str,
     is_return: bool,
 ) -> Result<OwnedFd, String> {
-    let offset = uprobe::function_offset(path, function).map_err(|e| e.to_string())?;
+    // `statement("FUNC@FILE:LINE")` names a source line, else a symbol.
+    let offset = if crate::lines::is_line_spec(function) {
+        crate::lines::statement_offset(path, function)?
+    } else {
+        uprobe::function_offset(path, function).map_err(|e| e.to_string())?
+    };
     let (perf_type, retprobe) = probe_pmu("uprobe").map_err(|_| {
         format!(
             "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \

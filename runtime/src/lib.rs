@@ -15,6 +15,7 @@ pub mod features;
 pub mod host;
 pub mod jit;
 pub mod kernel;
+pub mod lines;
 pub mod load;
 pub mod ringbuf;
 pub mod session;

@@ -464,6 +464,12 @@ impl KernelFacts for BtfKernel {
         Ok(None)
     }
 
+    fn user_statement(&self, path: &str, spec: &str) -> Result<Option<u64>, FactsError> {
+        crate::lines::statement_offset(Path::new(path), spec)
+            .map(Some)
+            .map_err(FactsError)
+    }
+
     fn user_function(
         &self,
         path: &str,

@@ -49,6 +49,20 @@ impl<'a> Elaborator<'a> {
                 ));
             }
         };
+        // A source line must be in the binary's line table now, not at
+        // attach time.
+        if let ProcessTarget::Statement(spec) = &target
+            && spec.contains('@')
+            && let Err(e) = self.facts.user_statement(&path, spec)
+        {
+            return Err(Diagnostic::error(format!(
+                "cannot resolve `process({}).statement({})`: {}",
+                quote_string(&path),
+                quote_string(spec),
+                e.0
+            ))
+            .at(span, "no such line"));
+        }
         let context = self.process_context(&path, &target, is_return);
         let kind = ProbeKind::Process {
             path,
