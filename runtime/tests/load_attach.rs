@@ -168,6 +168,7 @@ fn perf_cpu_clock_samples() {
             config: sys::PERF_COUNT_SW_CPU_CLOCK,
             // Every millisecond of CPU time.
             sample_period: 1_000_000,
+            frequency: false,
         },
         || {
             let start = Instant::now();
