@@ -47,7 +47,23 @@ fn describe(probe: &Probe, with_vars: bool) -> String {
                 line.push_str(&format!(" {}:{}", local.name, local.ty.name()));
             }
         } else {
+            // A raw tracepoint's classic record fields stay out: the
+            // listing names the arguments (`-p2` shows both).
+            let raw = matches!(
+                &probe.kind,
+                stap_lang::sema::hir::ProbeKind::Tracepoint {
+                    args: stap_lang::kernel::TracepointArgs::Raw(_),
+                    ..
+                }
+            );
             for var in &probe.context {
+                let classic = matches!(
+                    var.source,
+                    stap_lang::sema::hir::ContextSource::ClassicField { .. }
+                );
+                if raw && classic {
+                    continue;
+                }
                 line.push_str(&format!(" ${}:{}", var.name, var.type_name));
             }
         }
