@@ -77,8 +77,8 @@ pub struct Args {
     #[arg(short = 'x', value_name = "PID")]
     pub target_pid: Option<i32>,
 
-    /// Exit after SECONDS.
-    #[arg(short = 'T', value_name = "SECONDS")]
+    /// Exit after SECONDS (fractions allowed, at least 0.001).
+    #[arg(short = 'T', value_name = "SECONDS", value_parser = parse_timeout)]
     pub timeout: Option<f64>,
 
     /// Ignore run-time errors in probe handlers, as if each handler were
@@ -501,5 +501,18 @@ fn parse_define(text: &str) -> Result<(String, String), String> {
         Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
         None if !text.is_empty() => Ok((text.to_string(), String::new())),
         _ => Err(format!("expected NAME[=VALUE], got `{text}`")),
+    }
+}
+
+/// `-T`: as stap, a number of seconds of at least one millisecond (`-T 0`
+/// is refused, not "no timeout").
+fn parse_timeout(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds * 1000.0 >= 1.0 && seconds <= 1e9 => {
+            Ok(seconds)
+        }
+        _ => Err(format!(
+            "invalid timeout interval `{text}`: expected seconds, at least 0.001"
+        )),
     }
 }

@@ -98,14 +98,11 @@ fn load_script(args: &Args, map: &mut SourceMap) -> Result<(FileId, Vec<String>)
         .split_first()
         .ok_or_else(|| fail("no script given"))?;
     let text = if path == "-" {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|e| fail(format!("cannot read the script from stdin: {e}")))?;
-        text
+        read_capped(std::io::stdin(), "the script from stdin")?
     } else {
-        std::fs::read_to_string(path)
-            .map_err(|e| fail(format!("cannot read script file '{path}': {e}")))?
+        let file = std::fs::File::open(path)
+            .map_err(|e| fail(format!("cannot read script file '{path}': {e}")))?;
+        read_capped(file, &format!("script file '{path}'"))?
     };
     let name = if path == "-" {
         "<stdin>"
@@ -113,4 +110,25 @@ fn load_script(args: &Args, map: &mut SourceMap) -> Result<(FileId, Vec<String>)
         path.as_str()
     };
     Ok((map.add(name, text), rest.to_vec()))
+}
+
+/// The largest script stap-rs reads. Real scripts are kilobytes; the cap
+/// keeps `stap-rs /dev/zero` or a runaway generator from eating memory.
+pub const MAX_SCRIPT_BYTES: u64 = 16 << 20;
+
+/// Reads a whole script, refusing one past [`MAX_SCRIPT_BYTES`] without
+/// reading further (the source may be endless).
+fn read_capped(source: impl Read, what: &str) -> Result<String, Failed> {
+    let mut bytes = Vec::new();
+    source
+        .take(MAX_SCRIPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(format!("cannot read {what}: {e}")))?;
+    if bytes.len() as u64 > MAX_SCRIPT_BYTES {
+        return Err(fail(format!(
+            "{what} is larger than {} MiB, the most stap-rs reads",
+            MAX_SCRIPT_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| fail(format!("cannot read {what}: {e}")))
 }

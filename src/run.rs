@@ -65,6 +65,8 @@ pub fn run(
         return Ok(());
     }
 
+    check_target_pid(args.target_pid)?;
+    crate::privilege::check(&object)?;
     let settings = session::Settings {
         timeout: timeout(args.timeout)?,
         output: args.output.clone(),
@@ -111,12 +113,30 @@ pub fn run(
     Ok(())
 }
 
-/// `-T SECONDS` as a duration; negative, NaN or huge values are refused.
+/// `-T SECONDS` as a duration (the command line checked the range).
 fn timeout(seconds: Option<f64>) -> Result<Option<Duration>, Failed> {
     match seconds {
         None => Ok(None),
         Some(s) => Duration::try_from_secs_f64(s)
             .map(Some)
-            .map_err(|_| fail(format!("-T {s}: expected a number of seconds ≥ 0"))),
+            .map_err(|_| fail(format!("-T {s}: expected a number of seconds ≥ 0.001"))),
     }
+}
+
+/// `-x PID` must name a live process: a mistyped pid would otherwise
+/// trace nothing, silently.
+fn check_target_pid(pid: Option<i32>) -> Result<(), Failed> {
+    let Some(pid) = pid else {
+        return Ok(());
+    };
+    if pid <= 0 {
+        return Err(fail(format!("-x {pid}: not a process id")));
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    {
+        return Err(fail(format!("-x {pid}: no such process")));
+    }
+    Ok(())
 }

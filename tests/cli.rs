@@ -384,3 +384,267 @@ fn stap_examples_parse() {
         failed.join("\n")
     );
 }
+
+// ---- reliability (issue 19): hostile input ends in a clear error ----------
+
+/// Runs stap-rs with `script` as a file (too big for argv) and a deadline;
+/// a run past it is killed and fails the test.
+fn stap_file(script: &str, args: &[&str], within: std::time::Duration) -> Output {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("stap-rs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{:x}.stp", fxhash(script)));
+    std::fs::File::create(&path)
+        .and_then(|mut f| f.write_all(script.as_bytes()))
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(args)
+        .arg(&path)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running stap-rs");
+    let pid = child.id();
+    // Output is collected while the run goes on (a full pipe would stall it).
+    let (send, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(child.wait_with_output());
+    });
+    let out = match done.recv_timeout(within) {
+        Ok(out) => out.expect("waiting for stap-rs"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("stap-rs {args:?} took longer than {within:?}");
+        }
+    };
+    let _ = std::fs::remove_file(&path);
+    out
+}
+
+fn fxhash(text: &str) -> u64 {
+    text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+    })
+}
+
+const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
+
+#[test]
+fn deep_nesting_is_a_clear_error_not_a_stack_overflow() {
+    let braces = format!(
+        "probe begin {{ {}x=1;{} exit() }}",
+        "{".repeat(5000),
+        "}".repeat(5000)
+    );
+    let calls = format!(
+        "probe begin {{ x = {}1{} }}",
+        "abs(".repeat(5000),
+        ")".repeat(5000)
+    );
+    let ifs = format!("probe begin {{ {} x = 1 }}", "if (1) ".repeat(5800));
+    for script in [braces, calls, ifs] {
+        let out = stap_file(&script, &["-p2"], MINUTE);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("nesting too deep"), "{err}");
+        assert!(err.len() < 4096, "{err}");
+    }
+}
+
+#[test]
+fn nesting_at_the_limit_compiles_through_every_pass() {
+    // Just under the limit, on both sides: host code (begin: elaboration,
+    // inference, IR lowering, Cranelift) and a kernel probe (inlining, BPF
+    // emission), one construct per script.
+    let depth = stap_lang::nesting::MAX_NESTING - 8;
+    let n = |s: &str| s.repeat(depth);
+    let scripts = [
+        format!("{{ {}x = 1{} }}", n("{ "), n(" }")),
+        format!("x = 1{} g = x", n(" + 1")),
+        format!("g = {}1", n("~ ")),
+        format!("{} x++ g = x", n("if (x < 5) ")),
+    ];
+    for body in scripts {
+        let script = format!(
+            "global g\nprobe begin {{ x = 0 {body} println(g) exit() }}\n\
+             probe timer.profile {{ x = 0 {body} }}\n"
+        );
+        let out = stap_file(&script, &["-p4"], MINUTE * 2);
+        assert_ok(&out);
+    }
+}
+
+#[test]
+fn zero_and_negative_timeouts_are_refused_as_stap_does() {
+    for value in ["0", "0.0001", "nan", "x"] {
+        let out = stap(&["-T", value, "-p2", "-e", "probe begin { exit() }"]);
+        assert_eq!(out.status.code(), Some(2), "-T {value}");
+        assert!(
+            stderr(&out).contains("invalid timeout interval"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_ok(&stap(&["-T", "0.5", "-p2", "-e", "probe begin { exit() }"]));
+}
+
+#[test]
+fn maxstringlen_outside_its_range_is_refused() {
+    for value in ["0", "4", "7", "65537"] {
+        let define = format!("MAXSTRINGLEN={value}");
+        let out = stap(&["-D", &define, "-p2", "-e", "probe begin { exit() }"]);
+        assert_eq!(out.status.code(), Some(1), "{value}");
+        assert!(
+            stderr(&out).contains("must be between 8 and 65536"),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_ok(&stap(&[
+        "-D",
+        "MAXSTRINGLEN=8",
+        "-p2",
+        "-e",
+        "probe begin { exit() }",
+    ]));
+}
+
+#[test]
+fn kernel_memory_in_a_host_probe_is_unsupported_at_its_line() {
+    let out = stap(&[
+        "-p3",
+        "-e",
+        "probe begin {\n  printf(\"%d\\n\", @cast(0, \"struct task_struct\")->pid)\n}",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unsupported: reading kernel memory"), "{err}");
+    assert!(err.contains("<input>:2:"), "{err}");
+    assert!(!err.contains("internal error"), "{err}");
+}
+
+#[test]
+fn many_errors_are_capped_with_a_count_of_the_rest() {
+    // One error per bad statement, each on a 10 KB line.
+    let line = format!("probe begin {{ {} }}", "x = ; ".repeat(2000));
+    let out = stap_file(&line, &["-p2"], MINUTE);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("not shown (stap-rs prints the first 50)"),
+        "{}",
+        &err[..2000.min(err.len())]
+    );
+    assert!(
+        err.matches("error").count() >= 50,
+        "{}",
+        &err[..2000.min(err.len())]
+    );
+    assert!(err.len() < 64 * 1024, "{} bytes of errors", err.len());
+}
+
+#[test]
+fn a_long_member_chain_error_stays_small() {
+    let script = format!(
+        "probe kernel.trace(\"kfree_skb\") {{ x = $skb->{}len }}",
+        "next->".repeat(3000)
+    );
+    let out = stap_file(&script, &["-p2"], MINUTE);
+    let err = stderr(&out);
+    assert!(err.len() < 64 * 1024, "{} bytes of errors", err.len());
+}
+
+#[test]
+fn a_huge_unknown_name_is_reported_quickly() {
+    let name = "f".repeat(8192);
+    let script = format!("probe begin {{ {name}() }}");
+    let started = std::time::Instant::now();
+    let out = stap_file(&script, &["-p2"], MINUTE);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(stderr(&out).len() < 16 * 1024);
+}
+
+#[test]
+fn an_endless_script_file_is_refused_at_the_size_cap() {
+    let out = stap(&["-p1", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is larger than 16 MiB"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_target_pid_that_does_not_exist_is_refused() {
+    let out = stap(&["-x", "999999", "-e", "probe begin { exit() }"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("-x 999999: no such process"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unprivileged_runs_say_what_is_needed() {
+    // Drop to nobody with no capabilities; skipped where setpriv is
+    // missing or the binary is out of nobody's reach.
+    let binary = env!("CARGO_BIN_EXE_stap-rs");
+    let probe = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .args([binary, "--version"])
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => {}
+        _ => {
+            eprintln!("skipped: cannot run stap-rs as nobody here");
+            return;
+        }
+    }
+    let as_nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(binary)
+            .args(args)
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = as_nobody(&["-e", "probe begin { exit() }"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("ERROR")).count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains("needs root, or CAP_BPF + CAP_PERFMON and read access to tracefs"),
+        "{err}"
+    );
+    assert!(err.contains("lacks CAP_BPF, CAP_PERFMON"), "{err}");
+
+    let tracefs = std::path::Path::new("/sys/kernel/tracing/events");
+    let list = as_nobody(&["-l", "kernel.trace(\"sched:sched_switch\")"]);
+    let err = stderr(&list);
+    if tracefs.exists() {
+        assert!(!err.contains("not mounted"), "{err}");
+    }
+}

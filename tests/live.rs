@@ -50,6 +50,9 @@ mod try_catch;
 #[path = "live/tapsets.rs"]
 mod tapsets;
 
+#[path = "live/reliability.rs"]
+mod reliability;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

@@ -80,33 +80,127 @@ impl Diagnostic {
         self.severity == Severity::Error
     }
 
-    fn to_codespan(&self) -> CsDiagnostic<crate::source::FileId> {
+    fn to_codespan(&self, map: &SourceMap) -> CsDiagnostic<crate::source::FileId> {
         let base = match self.severity {
             Severity::Error => CsDiagnostic::error(),
             Severity::Warning => CsDiagnostic::warning(),
         };
         let mut labels = Vec::new();
-        if let Some((span, label)) = &self.primary {
-            labels.push(Label::primary(span.file, span.range()).with_message(label));
+        let mut notes = Vec::new();
+        let mut label = |span: &Span, text: &str, primary: bool| {
+            // A label on a very long line would print the whole line: show
+            // a window around the span instead, as a note.
+            if longest_line(map, *span) > MAX_SNIPPET_LINE {
+                notes.push(format!(
+                    "at {}: {}{}",
+                    map.location(*span),
+                    excerpt(map, *span),
+                    if text.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({text})")
+                    }
+                ));
+            } else if primary {
+                labels.push(Label::primary(span.file, span.range()).with_message(text));
+            } else {
+                labels.push(Label::secondary(span.file, span.range()).with_message(text));
+            }
+        };
+        if let Some((span, text)) = &self.primary {
+            label(span, text, true);
         }
-        for (span, label) in &self.secondary {
-            labels.push(Label::secondary(span.file, span.range()).with_message(label));
+        for (span, text) in &self.secondary {
+            label(span, text, false);
         }
+        notes.extend(self.notes.iter().cloned());
         base.with_message(&self.message)
             .with_labels(labels)
-            .with_notes(self.notes.clone())
+            .with_notes(notes)
     }
+}
+
+/// Source lines longer than this are not printed whole under a diagnostic.
+const MAX_SNIPPET_LINE: usize = 240;
+/// Bytes of context shown each side of a span on a long line.
+const EXCERPT_CONTEXT: usize = 40;
+/// Diagnostics printed per run; the rest are counted in one line. Hostile
+/// input can produce thousands (one per `-` of a 10 KB line).
+pub const MAX_SHOWN: usize = 50;
+
+/// The length of the longest source line a span touches.
+fn longest_line(map: &SourceMap, span: Span) -> usize {
+    let text = map.get(span.file).text.as_str();
+    let start = (span.start as usize).min(text.len());
+    let end = (span.end as usize).clamp(start, text.len());
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[end..].find('\n').map_or(text.len(), |i| end + i);
+    line_end - line_start
+}
+
+/// The span's text with a little context, cut to a bounded width.
+fn excerpt(map: &SourceMap, span: Span) -> String {
+    let text = map.get(span.file).text.as_str();
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start = floor(span.start as usize);
+    let end = floor(
+        (span.end as usize)
+            .max(start)
+            .min(start + 2 * EXCERPT_CONTEXT),
+    );
+    let from = floor(start.saturating_sub(EXCERPT_CONTEXT));
+    let to = floor(end + EXCERPT_CONTEXT);
+    let line = |s: &str| s.replace(['\n', '\r', '\t'], " ");
+    format!(
+        "{}{}>>>{}<<<{}{}",
+        if from > 0 { "..." } else { "" },
+        line(&text[from..start]),
+        line(&text[start..end]),
+        line(&text[end..to]),
+        if to < text.len() { "..." } else { "" },
+    )
+}
+
+/// The first [`MAX_SHOWN`] diagnostics, and a count of the rest.
+fn shown(diags: &[Diagnostic]) -> (&[Diagnostic], Option<String>) {
+    if diags.len() <= MAX_SHOWN {
+        return (diags, None);
+    }
+    let (head, rest) = diags.split_at(MAX_SHOWN);
+    let errors = rest.iter().filter(|d| d.is_error()).count();
+    let warnings = rest.len() - errors;
+    let mut parts = Vec::new();
+    if errors > 0 {
+        parts.push(format!("{errors} more errors"));
+    }
+    if warnings > 0 {
+        parts.push(format!("{warnings} more warnings"));
+    }
+    let summary = format!(
+        "note: {} not shown (stap-rs prints the first {MAX_SHOWN})\n",
+        parts.join(" and ")
+    );
+    (head, Some(summary))
 }
 
 /// Renders diagnostics as plain text (for snapshots and non-terminals).
 pub fn render_plain(map: &SourceMap, diags: &[Diagnostic]) -> String {
     let mut out = termcolor::NoColor::new(Vec::new());
     let config = term::Config::default();
-    for d in diags {
+    let (head, summary) = shown(diags);
+    for d in head {
         // Writing into a Vec cannot fail, and spans always come from `map`.
-        let _ = term::emit(&mut out, &config, map, &d.to_codespan());
+        let _ = term::emit(&mut out, &config, map, &d.to_codespan(map));
     }
-    String::from_utf8_lossy(&out.into_inner()).into_owned()
+    let mut text = String::from_utf8_lossy(&out.into_inner()).into_owned();
+    text.extend(summary);
+    text
 }
 
 /// Renders diagnostics to stderr, in colour when stderr is a terminal.
@@ -120,8 +214,13 @@ pub fn emit_stderr(map: &SourceMap, diags: &[Diagnostic]) {
     let stream = termcolor::StandardStream::stderr(choice);
     let mut lock = stream.lock();
     let config = term::Config::default();
-    for d in diags {
-        let _ = term::emit(&mut lock, &config, map, &d.to_codespan());
+    let (head, summary) = shown(diags);
+    for d in head {
+        let _ = term::emit(&mut lock, &config, map, &d.to_codespan(map));
+    }
+    if let Some(summary) = summary {
+        use std::io::Write;
+        let _ = lock.write_all(summary.as_bytes());
     }
 }
 
@@ -132,13 +231,21 @@ pub fn nearest_names<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
     max: usize,
 ) -> Vec<String> {
+    // Suggestions are for typos in names of ordinary length: a longer
+    // name only gets prefix matches, so the work stays linear in the
+    // candidates rather than growing with the name's length squared.
+    let typo_checked = wanted.len() <= MAX_SUGGESTED_NAME;
     let limit = (wanted.len() / 3).max(2);
     let mut scored: Vec<(usize, &str)> = candidates
         .into_iter()
         .filter(|c| *c != wanted)
         .filter_map(|c| {
-            let d = edit_distance(wanted, c);
             let prefix = wanted.len() >= 3 && c.starts_with(wanted);
+            // The edit distance is at least the difference in length.
+            if !prefix && (!typo_checked || c.len().abs_diff(wanted.len()) > limit) {
+                return None;
+            }
+            let d = edit_distance(wanted, c);
             (d <= limit || prefix).then_some((if prefix { d.min(limit) } else { d }, c))
         })
         .collect();
@@ -150,6 +257,9 @@ pub fn nearest_names<'a>(
         .map(|(_, c)| c.to_string())
         .collect()
 }
+
+/// Names longer than this get no edit-distance suggestions.
+const MAX_SUGGESTED_NAME: usize = 64;
 
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();

@@ -20,6 +20,7 @@ pub mod diag;
 pub mod ir;
 pub mod kernel;
 pub mod lexer;
+pub mod nesting;
 pub mod parse;
 pub mod pipeline;
 pub mod preprocess;

@@ -68,7 +68,7 @@ pub fn parse_file_with(
         .iter()
         .map(|t| Ok::<_, LexError>((t.span.start, t.token.clone(), t.span.end)));
     let result = grammar::FileParser::new().parse(file, &mut recovered, &mut action_diags, input);
-    let ast = match result {
+    let mut ast = match result {
         Ok(ast) => ast,
         Err(error) => {
             recovered.push(ErrorRecovery {
@@ -84,6 +84,12 @@ pub fn parse_file_with(
             .map(|r| syntax_error(r.error, text, file, end)),
     );
     diags.extend(action_diags);
+    // Later passes recurse over the tree: refuse one deeper than they can
+    // take, and never drop it recursively either.
+    if let Some(too_deep) = crate::nesting::check(&ast) {
+        diags.push(too_deep);
+        crate::nesting::drop_deep(std::mem::take(&mut ast));
+    }
     Parsed { file: ast, diags }
 }
 

@@ -146,6 +146,9 @@ struct Preprocessor<'e, 'a> {
     library_mode: bool,
     /// Macros being expanded, innermost last, to catch recursion.
     expanding: Vec<String>,
+    /// `%(` conditionals being evaluated, outermost first: their nesting
+    /// is a stack depth, bounded like the parser's (`crate::nesting`).
+    conditionals: usize,
     diags: Vec<Diagnostic>,
 }
 
@@ -163,6 +166,7 @@ impl<'e, 'a> Preprocessor<'e, 'a> {
             library,
             library_mode,
             expanding: Vec::new(),
+            conditionals: 0,
             diags: Vec::new(),
         }
     }
@@ -504,6 +508,17 @@ impl<'e, 'a> Preprocessor<'e, 'a> {
         out: &mut Vec<PpToken>,
     ) -> usize {
         let open_span = tokens[start].span.clone();
+        if self.conditionals >= crate::nesting::MAX_NESTING {
+            self.error(
+                format!(
+                    "nesting too deep: more than {} nested `%(` conditionals",
+                    crate::nesting::MAX_NESTING
+                ),
+                &open_span,
+                "this conditional is one too many",
+            );
+            return tokens.len();
+        }
         let Some(close) = matching_close(tokens, start) else {
             let mut d = Diagnostic::error("missing `%)` to close this conditional")
                 .at(self.span(&open_span), "this `%(` has no matching `%)`");
@@ -539,7 +554,9 @@ impl<'e, 'a> Preprocessor<'e, 'a> {
             }
         };
         let branch = if live { then_branch } else { else_branch };
+        self.conditionals += 1;
         self.run(branch, params, out);
+        self.conditionals -= 1;
         close + 1
     }
 }
@@ -663,6 +680,8 @@ struct Condition<'p, 'e, 'a> {
     pos: usize,
     /// The whole `%( ... %)`, for errors at the end of the condition.
     whole: Range<usize>,
+    /// Nested `!` and `(` so far: bounded, as each is a stack frame.
+    depth: usize,
 }
 
 impl<'p, 'e, 'a> Condition<'p, 'e, 'a> {
@@ -672,6 +691,7 @@ impl<'p, 'e, 'a> Condition<'p, 'e, 'a> {
             tokens,
             pos: 0,
             whole,
+            depth: 0,
         }
     }
 
@@ -725,6 +745,20 @@ impl<'p, 'e, 'a> Condition<'p, 'e, 'a> {
     }
 
     fn unary(&mut self) -> Result<bool, Diagnostic> {
+        self.depth += 1;
+        if self.depth > crate::nesting::MAX_NESTING {
+            return Err(self.error_at(
+                &self.here(),
+                "nesting too deep in preprocessor condition",
+                "too many nested `!` or `(` before this",
+            ));
+        }
+        let value = self.unary_inner();
+        self.depth -= 1;
+        value
+    }
+
+    fn unary_inner(&mut self) -> Result<bool, Diagnostic> {
         match self.peek() {
             Some(Token::Bang) => {
                 self.pos += 1;

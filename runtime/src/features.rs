@@ -67,7 +67,14 @@ impl Features {
         let event_source = |name: &str| Path::new(EVENT_SOURCES).join(name).exists();
 
         let tracepoints = Availability::from_check(tracefs.is_some(), || {
-            "tracefs is not mounted (mount -t tracefs tracefs /sys/kernel/tracing)".to_string()
+            match crate::tracefs::Tracefs::find() {
+                Err(crate::tracefs::TracefsError::NotReadable(path)) => format!(
+                    "tracefs at {} is not readable by this user (permission denied)",
+                    path.display()
+                ),
+                _ => "tracefs is not mounted (mount -t tracefs tracefs /sys/kernel/tracing)"
+                    .to_string(),
+            }
         });
         let raw_tracepoints = Availability::from_check(at_least(4, 17), || {
             format!("kernel {version} is older than 4.17, which added raw tracepoints")

@@ -19,6 +19,7 @@ pub mod lines;
 pub mod load;
 pub mod ringbuf;
 pub mod session;
+pub mod stop;
 pub mod sys;
 pub mod tracefs;
 pub mod uprobe;

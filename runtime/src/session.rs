@@ -249,6 +249,8 @@ pub fn run_with_hooks(
         hooks,
         kernel: None,
         hold_output: false,
+        run_failed: false,
+        output_failed: false,
     };
     session.start(ready, command.as_mut(), &signals);
     session.finish();
@@ -260,7 +262,7 @@ pub fn run_with_hooks(
     drop(signals);
     Ok(Outcome {
         errors: session.errors,
-        failed: session.error_ending,
+        failed: session.error_ending || session.run_failed,
     })
 }
 
@@ -290,6 +292,12 @@ fn report_function_sets(attached: &attach::Attached, verbose: bool) {
 }
 
 fn report_losses(errors: u64, skipped: u64, lost: u64) {
+    let dropped = crate::stop::dropped();
+    if dropped > 0 {
+        eprintln!(
+            "WARNING: {dropped} bytes of output dropped: the output was not read after the stop"
+        );
+    }
     if errors > 0 || skipped > 0 {
         eprintln!("WARNING: Number of errors: {errors}, skipped probes: {skipped}");
     }
@@ -390,11 +398,13 @@ pub fn run_live(
         hooks,
         kernel: Some(kernel),
         hold_output: false,
+        run_failed: false,
+        output_failed: false,
     };
     session.start(ready, None, &signals);
     let over = session.finish();
     let errors = session.errors;
-    let failed = session.error_ending;
+    let failed = session.error_ending || session.run_failed;
     drop(session);
     kernel.running = !over;
     if over {
@@ -462,6 +472,11 @@ struct Session<'a> {
     kernel: Option<&'a mut KernelState>,
     /// Begin probes are running: their output waits for the kernel side.
     hold_output: bool,
+    /// The output could not be written, or the `-c` command failed: the run
+    /// fails (exit status 1) without being an error ending.
+    run_failed: bool,
+    /// A write to the output failed (reported once).
+    output_failed: bool,
 }
 
 impl Session<'_> {
@@ -510,13 +525,15 @@ impl Session<'_> {
             self.stop_kernel();
             self.drain_all();
         }
+        // End probes run in full after a first stop signal or `-T`.
+        crate::stop::ending();
         if self.error_ending {
             self.run_probes(|_, kind| matches!(kind, ProbeKind::Error { .. }));
         } else if run_end && !self.runtime.aborted {
             // abort() ends the session without end probes.
             self.run_probes(|_, kind| matches!(kind, ProbeKind::End { .. }));
         }
-        let _ = self.runtime.output.flush();
+        self.flush_output();
         over
     }
 
@@ -552,12 +569,19 @@ impl Session<'_> {
             if self.error_ending && !errors_before {
                 break;
             }
+            // A third stop signal abandons the ending (staprun's forced
+            // exit): no further end probe starts.
+            if self.ending && crate::stop::cut_requested() {
+                break;
+            }
             self.run_host_probe(probe);
         }
     }
 
     fn run_host_probe(&mut self, probe: usize) {
-        if let Err(error) = (self.compiled.host)(probe, &mut self.runtime) {
+        if let Err(error) = (self.compiled.host)(probe, &mut self.runtime)
+            && error != RuntimeError::Stopped
+        {
             // Where the failing operation is, else the probe.
             let sources = self.compiled.sources;
             let span = match self.runtime.error_span.take() {
@@ -581,18 +605,37 @@ impl Session<'_> {
     /// MAXERRORS the session ends with error probes instead of end probes.
     fn report_error(&mut self, message: &str, at: Option<(&SourceMap, Span)>) {
         let _ = self.runtime.output.flush();
+        self.errors += 1;
+        // Past MAXERRORS the run is ending: errors still in flight (other
+        // CPUs, events already in the ring buffer) are counted in the final
+        // "Number of errors", not printed one by one.
+        let past_limit = self.errors > self.compiled.module.limits.max_errors.saturating_add(1);
         // --suppress-handler-errors: quiet, as if in `try { } catch { }`;
         // the count still shows at the end.
-        match at {
-            _ if self.settings.quiet_errors => {}
-            Some((sources, span)) => eprintln!("ERROR: {message} {}", near(sources, span)),
-            None => eprintln!("ERROR: {message}"),
+        if !self.settings.quiet_errors && (self.settings.suppress_errors || !past_limit) {
+            match at {
+                Some((sources, span)) => eprintln!("ERROR: {message} {}", near(sources, span)),
+                None => eprintln!("ERROR: {message}"),
+            }
         }
-        self.errors += 1;
         if !self.settings.suppress_errors && self.errors > self.compiled.module.limits.max_errors {
             self.error_ending = true;
             self.ending = true;
         }
+    }
+
+    /// Output that cannot be written is lost data: the run ends, and fails.
+    fn output_error(&mut self, error: &io::Error) {
+        if !self.output_failed {
+            if error.kind() == io::ErrorKind::WouldBlock {
+                eprintln!("WARNING: output dropped from here on: {error}");
+            } else {
+                eprintln!("ERROR: cannot write output: {error}");
+            }
+        }
+        self.output_failed = true;
+        self.run_failed = true;
+        self.ending = true;
     }
 
     fn stop_with_warning(&mut self, message: &str) {
@@ -627,6 +670,11 @@ impl Session<'_> {
         const COMMAND: usize = 1;
         const RINGS: usize = 2;
         let timers_at = RINGS + self.feeds.len();
+        if let Some(deadline) = deadline {
+            // Enforced by the signal watcher too, should a handler or a
+            // blocked write keep this loop from polling.
+            signals.set_deadline(deadline);
+        }
         while !self.ending {
             let mut fds = vec![
                 poll_entry(Some(signals.fd())),
@@ -677,6 +725,12 @@ impl Session<'_> {
             if fds[COMMAND].revents != 0 {
                 if let Some(command) = command.as_deref_mut() {
                     command.try_reap();
+                    // As staprun: a failed command is a warning, and fails
+                    // the run once it ended.
+                    if let Some(failure) = command.failure() {
+                        eprintln!("WARNING: {failure}");
+                        self.run_failed = true;
+                    }
                 }
                 self.ending = true;
             }
@@ -715,7 +769,7 @@ impl Session<'_> {
     /// Ships what the last handler or batch of events printed.
     fn flush_output(&mut self) {
         if let Err(e) = self.runtime.output.flush() {
-            self.stop_with_warning(&format!("cannot write output: {e}"));
+            self.output_error(&e);
         }
     }
 
@@ -803,7 +857,7 @@ impl Session<'_> {
             }
         };
         if let Err(e) = self.runtime.output.write(text.as_bytes()) {
-            self.stop_with_warning(&format!("cannot write output: {e}"));
+            self.output_error(&e);
         }
     }
 
@@ -869,7 +923,7 @@ impl Session<'_> {
             return;
         }
         if let Err(e) = self.runtime.output.write(&text) {
-            self.stop_with_warning(&format!("cannot write output: {e}"));
+            self.output_error(&e);
         }
     }
 }

@@ -13,6 +13,8 @@ pub const MOUNT_POINTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/t
 pub enum TracefsError {
     /// No tracefs at any of the usual places.
     NotMounted,
+    /// tracefs is there, but this user may not read it.
+    NotReadable(PathBuf),
     Io {
         path: PathBuf,
         message: String,
@@ -32,6 +34,12 @@ impl fmt::Display for TracefsError {
                 "tracefs is not mounted (looked in {}); tracepoints need it: \
                  mount -t tracefs tracefs /sys/kernel/tracing",
                 MOUNT_POINTS.join(" and ")
+            ),
+            TracefsError::NotReadable(path) => write!(
+                f,
+                "tracefs at {} is not readable by this user (permission denied); \
+                 stap-rs needs root, or CAP_BPF and CAP_PERFMON with read access to tracefs",
+                path.display()
             ),
             TracefsError::Io { path, message } => {
                 write!(f, "cannot read {}: {message}", path.display())
@@ -92,12 +100,18 @@ impl EventFormat {
 impl Tracefs {
     /// Finds a mounted tracefs at the usual places.
     pub fn find() -> Result<Tracefs, TracefsError> {
-        MOUNT_POINTS
-            .iter()
-            .map(Path::new)
-            .find(|root| root.join("events").is_dir())
-            .map(Tracefs::at)
-            .ok_or(TracefsError::NotMounted)
+        let mut denied = None;
+        for root in MOUNT_POINTS.iter().map(Path::new) {
+            match std::fs::metadata(root.join("events")) {
+                Ok(meta) if meta.is_dir() => return Ok(Tracefs::at(root)),
+                // Mounted but closed to us: say so, not "not mounted".
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    denied.get_or_insert_with(|| root.to_path_buf());
+                }
+                _ => {}
+            }
+        }
+        Err(denied.map_or(TracefsError::NotMounted, TracefsError::NotReadable))
     }
 
     /// A tracefs at `root` (tests point this at a fake tree).

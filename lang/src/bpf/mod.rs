@@ -17,10 +17,12 @@ pub mod maps;
 pub mod records;
 pub mod regalloc;
 pub mod samples;
+mod shape;
 pub mod snprintf;
 
 pub use compile::{compile, compile_with_source};
 pub use listing::listing;
+pub use shape::check_shape;
 
 use crate::ir::FuncId;
 use crate::ir::{GlobalId, Limits};
@@ -67,7 +69,12 @@ pub enum TracepointMechanism {
 impl Options {
     pub fn from_limits(limits: &Limits) -> Options {
         Options {
-            max_string_len: limits.max_string_len.clamp(8, 1 << 16) as u32,
+            // Pass 2 refuses values outside this range (the host cuts
+            // strings at the same length).
+            max_string_len: limits
+                .max_string_len
+                .clamp(crate::sema::MIN_STRING_LEN, crate::sema::MAX_STRING_LEN)
+                as u32,
             test_out_of_bounds: false,
             cpus: DEFAULT_CPUS,
             tracepoint_mechanism: TracepointMechanism::default(),

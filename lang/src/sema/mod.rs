@@ -290,8 +290,27 @@ fn limits(defines: &[(String, String)], diags: &mut Vec<Diagnostic>) -> Limits {
             ))),
         }
     }
+    // Kernel string slots are never smaller than 8 bytes, and the host and
+    // the kernel must cut strings at the same length: below 8 the two would
+    // disagree, so small values are refused rather than half-honoured.
+    // Above the top, no kernel program fits and host strings would grow
+    // without a useful bound.
+    let (min, max) = (MIN_STRING_LEN, MAX_STRING_LEN);
+    if !(min..=max).contains(&limits.max_string_len) {
+        diags.push(
+            Diagnostic::error(format!(
+                "-D MAXSTRINGLEN={}: must be between {min} and {max}",
+                limits.max_string_len
+            ))
+            .note("MAXSTRINGLEN counts the terminating NUL: strings keep MAXSTRINGLEN - 1 bytes"),
+        );
+    }
     limits
 }
+
+/// The smallest and largest MAXSTRINGLEN accepted by `-D`.
+pub const MIN_STRING_LEN: u64 = 8;
+pub const MAX_STRING_LEN: u64 = 1 << 16;
 
 fn needs(probes: &[Probe]) -> MechanismNeeds {
     let mut needs = MechanismNeeds::default();

@@ -34,6 +34,11 @@ pub enum RuntimeError {
     Format(String),
     /// The program does not match the runtime (bad ids in the IR).
     Internal(String),
+    /// One probe hit created more string bytes than this.
+    StringSpace(usize),
+    /// The session is stopping (a signal, `-T`): the hit was cut short at
+    /// a loop back-edge. Not an error: nothing is printed or counted.
+    Stopped,
 }
 
 impl fmt::Display for RuntimeError {
@@ -53,6 +58,12 @@ impl fmt::Display for RuntimeError {
             RuntimeError::KernelRead(addr) => write!(f, "kernel read fault at 0x{addr:x}"),
             RuntimeError::Format(msg) => write!(f, "bad format: {msg}"),
             RuntimeError::Internal(msg) => write!(f, "internal error: {msg}"),
+            RuntimeError::StringSpace(limit) => write!(
+                f,
+                "out of string space: one probe hit created more than {} MiB of strings",
+                limit >> 20
+            ),
+            RuntimeError::Stopped => f.write_str("stopped"),
         }
     }
 }

@@ -32,6 +32,11 @@ pub use value::Value;
 /// Function calls nested deeper than this fail, as stap's MAXNESTING.
 pub const MAX_NESTING: i64 = 10;
 
+/// The bytes of strings one probe hit may create (they are freed when the
+/// hit ends). A hit past it fails with an error instead of growing the
+/// process without bound.
+pub const ARENA_LIMIT: usize = 256 << 20;
+
 /// A string register's value: 0 is "", `1..=N` the module's string
 /// constants, larger values index the per-probe-hit arena.
 pub type StrHandle = i64;
@@ -64,6 +69,8 @@ pub struct HostRuntime {
     pub(crate) depth: i64,
     pub(crate) consts: Rc<[Box<[u8]>]>,
     pub(crate) arena: Vec<Box<[u8]>>,
+    /// Bytes held by `arena`.
+    pub(crate) arena_bytes: usize,
     /// Parsed formats with their argument kinds, by `FormatId`.
     pub(crate) formats: Rc<[(Vec<Piece>, Vec<printf::ArgKind>)]>,
     pub(crate) iters: Vec<rtlib::Iter>,
@@ -116,10 +123,16 @@ impl HostRuntime {
             depth: 0,
             consts,
             arena: Vec::new(),
+            arena_bytes: 0,
             formats,
             iters: Vec::new(),
             printf_buf: Vec::new(),
-            max_string_len: module.limits.max_string_len.clamp(1, 1 << 20) as usize,
+            // Pass 2 refuses values outside this range; the clamp only
+            // guards modules built by hand.
+            max_string_len: module.limits.max_string_len.clamp(
+                stap_lang::sema::MIN_STRING_LEN,
+                stap_lang::sema::MAX_STRING_LEN,
+            ) as usize,
             tokenize_rest: Vec::new(),
             regexes: regexp::Regexes::default(),
             limits_max_action: module.limits.max_action,
@@ -161,6 +174,7 @@ impl HostRuntime {
     /// Ends a probe hit: frees its strings and iterators.
     pub(crate) fn end_hit(&mut self) -> Result<(), RuntimeError> {
         self.arena.clear();
+        self.arena_bytes = 0;
         self.iters.clear();
         self.failed = 0;
         match self.error.take() {
@@ -174,7 +188,10 @@ impl HostRuntime {
         if handle <= 0 {
             &[]
         } else if handle <= consts {
-            &self.consts[(handle - 1) as usize]
+            // A literal is a value like any other: cut to MAXSTRINGLEN - 1
+            // bytes, as the kernel side cuts it when it stores it.
+            let text = &self.consts[(handle - 1) as usize];
+            &text[..text.len().min(self.max_string_len.saturating_sub(1))]
         } else {
             self.arena
                 .get((handle - consts - 1) as usize)
@@ -196,6 +213,14 @@ impl HostRuntime {
             return 0;
         }
         globals::truncate_string(&mut bytes, self.max_string_len);
+        // Strings live until the hit ends, so a loop that builds strings
+        // grows the arena by one per iteration: bounded, as stap bounds a
+        // hit's work with MAXACTION, by a fixed budget.
+        self.arena_bytes += bytes.len();
+        if self.arena_bytes > ARENA_LIMIT {
+            self.fail(RuntimeError::StringSpace(ARENA_LIMIT));
+            return 0;
+        }
         self.arena.push(bytes.into_boxed_slice());
         self.consts.len() as i64 + self.arena.len() as i64
     }

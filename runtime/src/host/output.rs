@@ -9,11 +9,12 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 
 enum Sink {
     Stdout(io::Stdout),
-    File(io::BufWriter<File>),
+    File(File),
     Buffer,
 }
 
@@ -37,7 +38,7 @@ impl Output {
     /// `-o FILE`: created or truncated.
     pub fn file(path: &Path) -> io::Result<Output> {
         Ok(Output {
-            sink: Sink::File(io::BufWriter::new(File::create(path)?)),
+            sink: Sink::File(File::create(path)?),
             pending: Vec::new(),
         })
     }
@@ -92,12 +93,13 @@ impl Output {
 
     fn sink_write(&mut self, bytes: &[u8]) -> io::Result<()> {
         match &mut self.sink {
+            // Through `stop::write_all`, not `Write`: a write to a pipe
+            // nobody reads must not hold the session past a stop.
             Sink::Stdout(out) => {
-                let mut lock = out.lock();
-                lock.write_all(bytes)?;
-                lock.flush()
+                out.lock().flush()?;
+                crate::stop::write_all(libc::STDOUT_FILENO, bytes)
             }
-            Sink::File(file) => file.write_all(bytes),
+            Sink::File(file) => crate::stop::write_all(file.as_raw_fd(), bytes),
             Sink::Buffer => {
                 self.pending.extend_from_slice(bytes);
                 Ok(())

@@ -785,6 +785,10 @@ pub unsafe extern "C" fn stap_tick(rt: *mut HostRuntime) {
     rt.actions += 1;
     if rt.actions > rt.max_action {
         rt.fail(RuntimeError::MaxAction);
+    } else if crate::stop::cut_requested() {
+        // A signal or `-T` while this handler loops: stop here, as stap's
+        // handlers end at their MAXACTION check.
+        rt.fail(RuntimeError::Stopped);
     }
 }
 

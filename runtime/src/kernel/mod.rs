@@ -208,9 +208,11 @@ impl BtfKernel {
     }
 
     fn tracefs_or_error(&self) -> Result<&Tracefs, FactsError> {
-        self.tracefs
-            .as_ref()
-            .ok_or_else(|| FactsError(TracefsError::NotMounted.to_string()))
+        self.tracefs.as_ref().ok_or_else(|| {
+            // Not mounted, or mounted but unreadable: find() says which.
+            let why = Tracefs::find().err().unwrap_or(TracefsError::NotMounted);
+            FactsError(why.to_string())
+        })
     }
 }
 

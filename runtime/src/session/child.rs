@@ -2,6 +2,12 @@
 //! (so `target()` is known to begin probes and to the kernel side), held
 //! before `exec` until the session releases it once every probe is live,
 //! and watched through a pidfd so its exit ends the session.
+//!
+//! As in stap, a command that fails (non-zero status, killed by a signal,
+//! not found) fails the run. Unlike a stap module, which stays loaded until
+//! staprun cleans up, nothing of ours survives us, so neither may the
+//! command: it is killed when the session ends, and the kernel kills it
+//! (`PR_SET_PDEATHSIG`) if stap-rs itself dies, even by SIGKILL.
 
 use std::ffi::CString;
 use std::io;
@@ -14,6 +20,8 @@ pub struct TargetCommand {
     release: Option<OwnedFd>,
     pidfd: OwnedFd,
     reaped: bool,
+    /// The wait status, once reaped.
+    status: Option<i32>,
 }
 
 impl TargetCommand {
@@ -68,6 +76,7 @@ impl TargetCommand {
             release: Some(write_end),
             pidfd,
             reaped: false,
+            status: None,
         })
     }
 
@@ -104,7 +113,55 @@ impl TargetCommand {
         // SAFETY: waits for our own child without blocking.
         let got = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
         self.reaped = got == self.pid || got < 0;
+        if got == self.pid {
+            self.status = Some(status);
+        }
         self.reaped
+    }
+
+    /// How the command failed, in staprun's words, if it exited with a
+    /// non-zero status or was killed by a signal.
+    pub fn failure(&self) -> Option<String> {
+        let status = self.status?;
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            // SAFETY: strsignal returns a static or thread-local C string.
+            let name = unsafe { std::ffi::CStr::from_ptr(libc::strsignal(signal)) };
+            Some(format!(
+                "Child process exited with signal {signal} ({})",
+                name.to_string_lossy()
+            ))
+        } else if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 0 {
+            Some(format!(
+                "Child process exited with status {}",
+                libc::WEXITSTATUS(status)
+            ))
+        } else {
+            None
+        }
+    }
+
+    /// Ends a command still running when the session ends: SIGTERM, then
+    /// SIGKILL if it has not exited after a grace period; then reaps it.
+    fn kill(&mut self) {
+        const GRACE_MS: i32 = 1000;
+        // SAFETY: signals our own child, not yet reaped (so its pid is not
+        // reused).
+        unsafe { libc::kill(self.pid, libc::SIGTERM) };
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&self.pidfd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, GRACE_MS) } != 1 {
+            // SAFETY: as above.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child, which is dying.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        self.reaped = true;
     }
 }
 
@@ -118,9 +175,10 @@ impl Drop for TargetCommand {
             unsafe { libc::waitpid(self.pid, &mut status, 0) };
             return;
         }
-        // A command that outlives the session keeps running, as with stap;
-        // one that already exited is reaped so it leaves no zombie.
-        self.try_reap();
+        // Reaped if it already exited (no zombie), killed if it still runs.
+        if !self.try_reap() {
+            self.kill();
+        }
     }
 }
 
@@ -139,6 +197,10 @@ unsafe fn held_child(read_fd: i32, write_fd: i32, argv: *const *const libc::c_ch
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Dies with stap-rs, however stap-rs ends (the release pipe makes
+        // an unreleased child exit anyway). If the parent died before this
+        // line, the release read below fails and the child exits.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
         let mut byte = 0u8;
         let got = libc::read(read_fd, (&raw mut byte).cast(), 1);
         if got != 1 {
@@ -171,6 +233,9 @@ fn is_simple_command(command: &str) -> bool {
     const KEYWORDS: &[&str] = &[
         "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
         "!", "{", "}", "[[", "function", "select", "time", "exec",
+        // Builtins that `exec` cannot run (there is no such program).
+        "exit", "cd", ".", "source", "eval", "set", "unset", "export", "readonly", "return",
+        "shift", "trap", "ulimit", "umask", "wait", "read", ":", "alias", "type", "command",
     ];
     let Some(first) = command.split_whitespace().next() else {
         return false;

@@ -161,6 +161,15 @@ impl FnLowering<'_, '_> {
     }
 
     fn read_memory(&mut self, addr: Reg, size: u32, signed: bool, span: Span) -> Reg {
+        if self.side == crate::sema::hir::Placement::Host {
+            // Host code has no way into kernel memory (`%m` aside, which
+            // goes through /proc/kcore for printing only).
+            self.m.unsupported(
+                "reading kernel memory (`@cast(...)->member`, `->` on a pointer) in a probe \
+                 that runs on the host (begin, end, error, timer)",
+                span,
+            );
+        }
         let dst = self.body.reg(ValType::Long);
         let op = if self.user_memory {
             Op::ReadUser {

@@ -1,0 +1,366 @@
+//! Live tests of issue 19 (reliability): stop signals and `-T` obeyed while
+//! host code loops or stdout is blocked, a second SIGINT absorbed during
+//! end probes, MAXSTRINGLEN equal on both sides, one ERROR line per fault
+//! at MAXERRORS=0, `-c` failures and the `-c` child's fate, and write
+//! errors failing the run.
+
+use super::*;
+
+/// A run started by [`spawn`].
+struct Run {
+    child: Child,
+    /// Everything on stdout, if it is read.
+    stdout: Option<JoinHandle<String>>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+/// `stap-rs ARGS...` with piped output, optionally without reading stdout.
+fn spawn(args: &[&str], read_stdout: bool) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .arg("-v")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting stap-rs");
+    let stdout = read_stdout.then(|| {
+        let mut out = child.stdout.take().expect("piped stdout");
+        thread::spawn(move || {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text);
+            text
+        })
+    });
+    let err = child.stderr.take().expect("piped stderr");
+    let (send, lines) = mpsc::channel();
+    let all = Arc::new(Mutex::new(String::new()));
+    let text = Arc::clone(&all);
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if let Ok(mut text) = text.lock() {
+                text.push_str(&line);
+                text.push('\n');
+            }
+            let _ = send.send(line);
+        }
+    });
+    Run {
+        child,
+        stdout,
+        lines,
+        stderr: all,
+    }
+}
+
+fn wait_line(lines: &Receiver<String>, wanted: &str, all: &Arc<Mutex<String>>) {
+    let deadline = Instant::now() + START_TIMEOUT;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(wanted) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no line with {wanted:?}; stderr:\n{}", all.lock().unwrap());
+}
+
+/// Waits for `child` to exit within `within`; its status and how long.
+fn exits_within(child: &mut Child, within: Duration) -> (ExitStatus, Duration) {
+    let started = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return (status, started.elapsed());
+        }
+        if started.elapsed() > within {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stap-rs did not exit within {within:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success());
+}
+
+const SPIN: &str = "probe timer.ms(10) { while (1) {} } probe end { println(\"end ran\") }";
+
+#[test]
+fn minus_t_ends_an_endless_host_loop() {
+    let _one = serial();
+    let Run {
+        mut child,
+        stdout,
+        stderr,
+        ..
+    } = spawn(
+        &["-T", "2", "-D", "MAXACTION=100000000000000", "-e", SPIN],
+        true,
+    );
+    let (status, took) = exits_within(&mut child, Duration::from_secs(20));
+    let out = stdout.unwrap().join().unwrap();
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "{status}\n{err}");
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert_eq!(out, "end ran\n", "{err}");
+    assert!(err.contains("Pass 5: run completed"), "{err}");
+    assert!(!err.contains("ERROR"), "{err}");
+}
+
+#[test]
+fn sigint_ends_an_endless_host_loop() {
+    let _one = serial();
+    let Run {
+        mut child,
+        stdout,
+        lines,
+        stderr,
+    } = spawn(&["-D", "MAXACTION=100000000000000", "-e", SPIN], true);
+    wait_line(&lines, READY_LINE, &stderr);
+    thread::sleep(Duration::from_millis(300));
+    signal(&child, "-INT");
+    let (status, took) = exits_within(&mut child, Duration::from_secs(20));
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "{status}\n{err}");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert_eq!(stdout.unwrap().join().unwrap(), "end ran\n", "{err}");
+}
+
+#[test]
+fn sigterm_ends_a_run_whose_stdout_nobody_reads() {
+    let _one = serial();
+    // Fills the pipe within milliseconds, then blocks in write(2).
+    let script = "probe timer.ms(1) { for (i = 0; i < 100; i++) println(\"0123456789012345678901234567890123456789\") }";
+    let Run {
+        mut child,
+        lines,
+        stderr,
+        ..
+    } = spawn(&["-e", script], false);
+    wait_line(&lines, READY_LINE, &stderr);
+    thread::sleep(Duration::from_millis(1000));
+    signal(&child, "-TERM");
+    let (status, took) = exits_within(&mut child, Duration::from_secs(20));
+    thread::sleep(Duration::from_millis(100));
+    let err = stderr.lock().unwrap().clone();
+    assert!(took < Duration::from_secs(5), "took {took:?}\n{err}");
+    // Output was lost: the run says so and fails.
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("bytes of output dropped"), "{err}");
+}
+
+#[test]
+fn a_second_sigint_does_not_cut_the_end_probes() {
+    let _one = serial();
+    let script = "probe end { t = gettimeofday_ms(); while (gettimeofday_ms() - t < 1500) {} println(\"end done\") }";
+    let Run {
+        mut child,
+        stdout,
+        lines,
+        stderr,
+    } = spawn(&["-D", "MAXACTION=100000000000000", "-e", script], true);
+    wait_line(&lines, READY_LINE, &stderr);
+    signal(&child, "-INT");
+    thread::sleep(Duration::from_millis(300));
+    signal(&child, "-INT");
+    let (status, _) = exits_within(&mut child, Duration::from_secs(20));
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "{status}\n{err}");
+    assert_eq!(stdout.unwrap().join().unwrap(), "end done\n", "{err}");
+    assert!(err.contains("Pass 5: run completed"), "{err}");
+}
+
+#[test]
+fn a_third_sigint_cuts_endless_end_probes() {
+    let _one = serial();
+    let script = "probe end { while (1) {} } probe end(1) { println(\"later end\") }";
+    let Run {
+        mut child,
+        stdout,
+        lines,
+        stderr,
+    } = spawn(&["-D", "MAXACTION=100000000000000", "-e", script], true);
+    wait_line(&lines, READY_LINE, &stderr);
+    for _ in 0..3 {
+        signal(&child, "-INT");
+        thread::sleep(Duration::from_millis(300));
+    }
+    let (status, took) = exits_within(&mut child, Duration::from_secs(20));
+    let err = stderr.lock().unwrap().clone();
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(status.success(), "{status}\n{err}");
+    // Cutting stops every end probe still to run, as staprun's forced exit.
+    assert_eq!(stdout.unwrap().join().unwrap(), "", "{err}");
+    assert!(err.contains("Pass 5: run completed"), "{err}");
+}
+
+#[test]
+fn host_and_kernel_cut_strings_at_the_same_length() {
+    let _one = serial();
+    // The same expressions in begin (host JIT) and in a kernel probe.
+    let exprs = r#"printf("%d %d %d %d %d %s|\n", strlen("0123456789abcdefghijklmnopqrstuvwxyz"),
+        strlen("0123456789" . "abcdefghij"), strlen(sprintf("%s-%s", "0123456789", "abcdef")),
+        strlen(sprintf("%d%s", 1234567, "abcdef")), strlen(s . s), s . s)"#;
+    let script = format!(
+        "global s = \"abcdefghijklmnop\"\n\
+         probe begin {{ {exprs} }}\n\
+         probe timer.profile {{ {exprs} exit() }}\n"
+    );
+    for max in ["8", "16", "512"] {
+        let define = format!("MAXSTRINGLEN={max}");
+        let mut session = Session::start(&["-D", &define, "-e", &script]);
+        session.wait_ready();
+        let done = session.finish();
+        assert_success(&done);
+        let lines: Vec<&str> = done.stdout.lines().collect();
+        // The begin line, then one per CPU whose profile tick came before
+        // exit() took hold: all the same.
+        assert!(lines.len() >= 2, "{}\n{}", done.stdout, done.stderr);
+        assert!(
+            lines.iter().all(|l| *l == lines[0]),
+            "MAXSTRINGLEN={max}: host then kernel:\n{}",
+            done.stdout
+        );
+        if max == "8" {
+            assert!(lines[0].starts_with("7 7 7 "), "{}", lines[0]);
+            assert!(lines[0].ends_with(" 7 abcdefg|"), "{}", lines[0]);
+        }
+    }
+}
+
+#[test]
+fn one_kernel_fault_prints_one_error_line() {
+    let _one = serial();
+    // Every CPU faults at once; MAXERRORS=0 ends the run at the first.
+    let mut session = Session::start(&["-e", "global zero probe timer.profile { x = 1 / zero }"]);
+    session.wait_ready();
+    let done = session.finish();
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    let errors = done
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("ERROR: division by zero"))
+        .count();
+    assert_eq!(errors, 1, "{}", done.stderr);
+    assert!(
+        done.stderr.contains("WARNING: Number of errors: "),
+        "{}",
+        done.stderr
+    );
+}
+
+#[test]
+fn a_failing_command_fails_the_run_as_staprun_says() {
+    let _one = serial();
+    let cases = [
+        ("false", "Child process exited with status 1"),
+        ("exit 42", "Child process exited with status 42"),
+        (
+            "no-such-command-stap-rs",
+            "Child process exited with status 127",
+        ),
+        ("kill -SEGV $$", "Child process exited with signal 11"),
+    ];
+    for (command, says) in cases {
+        let mut session = Session::start(&["-c", command, "-e", "probe end { println(\"end\") }"]);
+        session.wait_ready();
+        let done = session.finish();
+        assert_eq!(done.status.code(), Some(1), "-c {command}\n{}", done.stderr);
+        assert!(
+            done.stderr.contains(&format!("WARNING: {says}")),
+            "{}",
+            done.stderr
+        );
+        assert_eq!(done.stdout, "end\n", "end probes still run");
+    }
+    let mut ok = Session::start(&["-c", "true", "-e", "probe end { println(\"end\") }"]);
+    ok.wait_ready();
+    assert_success(&ok.finish());
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie (reaped later by init) is as good as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// The `-c` command's pid, as its begin probe prints it.
+fn command_pid(stdout: &Receiver<String>) -> i32 {
+    let line = stdout
+        .recv_timeout(START_TIMEOUT)
+        .expect("the begin probe prints target()");
+    line.trim().parse().expect("a pid")
+}
+
+#[test]
+fn the_command_does_not_outlive_stap_rs_however_it_ends() {
+    let _one = serial();
+    for how in ["-T", "-INT", "-TERM", "-KILL"] {
+        let mut args = vec![
+            "-c",
+            "sleep 1000",
+            "-e",
+            "probe begin { printf(\"%d\\n\", target()) }",
+        ];
+        if how == "-T" {
+            args.extend(["-T", "1"]);
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting stap-rs");
+        let (send, lines) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = send.send(line);
+            }
+        });
+        let pid = command_pid(&lines);
+        assert!(alive(pid), "{how}: the command runs");
+        if how != "-T" {
+            signal(&child, how);
+        }
+        exits_within(&mut child, Duration::from_secs(20));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        assert!(!alive(pid), "{how}: the command {pid} survived stap-rs");
+    }
+}
+
+#[test]
+fn a_write_error_on_the_output_fails_the_run() {
+    let _one = serial();
+    let mut session = Session::start(&[
+        "-o",
+        "/dev/full",
+        "-e",
+        "probe begin { println(\"x\") exit() }",
+    ]);
+    session.wait_ready();
+    let done = session.finish();
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("cannot write output"),
+        "{}",
+        done.stderr
+    );
+}
