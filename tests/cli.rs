@@ -470,7 +470,7 @@ fn nesting_at_the_limit_compiles_through_every_pass() {
     ];
     for body in scripts {
         let script = format!(
-            "global g\nprobe begin {{ x = 0 {body} println(g) exit() }}\n\
+            "global g = 0\nprobe begin {{ x = 0 {body} println(g) exit() }}\n\
              probe timer.profile {{ x = 0 {body} }}\n"
         );
         let out = stap_file(&script, &["-p4"], MINUTE * 2);
