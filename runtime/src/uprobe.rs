@@ -7,7 +7,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UprobeError {
@@ -107,6 +107,7 @@ fn offset_in(data: &[u8], function: &str) -> Result<u64, Lookup> {
         .find(is_target)
         .or_else(|| elf.dynamic_symbols().find(is_target))
         .map(|symbol| symbol.address())
+        .or_else(|| init_fini(&elf, function))
         .ok_or(Lookup::NoSymbol)?;
     // Virtual address -> file offset through the loadable segment holding
     // it (PIE binaries and libraries included: both are relative).
@@ -117,6 +118,26 @@ fn offset_in(data: &[u8], function: &str) -> Result<u64, Lookup> {
             (address >= start && address - start < file_size).then(|| address - start + file_offset)
         })
         .ok_or(Lookup::NotMapped(address))
+}
+
+/// `_init` and `_fini` of a stripped binary: the dynamic section still
+/// points at them (`DT_INIT`, `DT_FINI`), since the loader calls them.
+fn init_fini(elf: &object::File, function: &str) -> Option<u64> {
+    const DT_INIT: u64 = 12;
+    const DT_FINI: u64 = 13;
+    let wanted = match function {
+        "_init" => DT_INIT,
+        "_fini" => DT_FINI,
+        _ => return None,
+    };
+    if !elf.is_64() || !elf.is_little_endian() {
+        return None;
+    }
+    let data = elf.section_by_name(".dynamic")?.data().ok()?;
+    data.chunks_exact(16).find_map(|entry| {
+        let word = |at: usize| u64::from_le_bytes(entry[at..at + 8].try_into().unwrap_or_default());
+        (word(0) == wanted && word(8) != 0).then(|| word(8))
+    })
 }
 
 #[cfg(test)]
