@@ -29,7 +29,7 @@ fn process_scheduler_signal_and_vfs_aliases_see_a_shell_at_work() {
     let ino = std::fs::metadata(&file).expect("stat").ino();
     let script = format!(
         r#"global seen, shell
-probe kprocess.exec {{ if (filename == "{shell}") printf("exec %s\n", args == "{shell} -c " . @1 ? "args" : args) }}
+probe kprocess.exec {{ if (filename == "\"{shell}\"") printf("exec %s %s\n", args == "[\"{shell}\", \"-c\", \"" . @1 . "\"]" ? "args" : args, argstr) }}
 probe kprocess.exec_complete {{ if (execname() == "stapTapsetSh") printf("exec_complete %d %d %s\n", success, errno, name) }}
 probe kprocess.create {{ if (execname() == "stapTapsetSh" && !seen["create"]++) printf("create %d\n", new_pid != pid() && new_tid == new_pid) }}
 probe scheduler.process_fork {{ if (execname() == "stapTapsetSh" && !seen["fork"]++) printf("process_fork %d\n", parent_pid == pid()) }}
@@ -63,8 +63,13 @@ probe kprocess.release {{ if (released_pid == shell && shell) {{ printf("release
     let done = session.finish();
     assert_success(&done);
     let lines: Vec<&str> = done.stdout.lines().collect();
+    // stap's execve formatting: the filename quoted, the arguments a list.
+    let exec_line = format!(
+        "exec args \"{}\", [\"-c\", \"{commands}\"]",
+        shell.display()
+    );
     for expected in [
-        "exec args",
+        exec_line.as_str(),
         "exec_complete 1 0 execve",
         "create 1",
         "process_fork 1",
