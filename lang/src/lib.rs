@@ -27,4 +27,7 @@ pub mod preprocess;
 pub mod printf;
 pub mod sema;
 pub mod source;
+// Test fixtures (a fake kernel, script helpers): never in a production
+// build; test code enables them with the `testing` feature.
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -16,6 +16,8 @@ mod listing;
 pub mod maps;
 pub mod records;
 pub mod regalloc;
+// Hand-built IR fixtures for the backend and verifier tests.
+#[cfg(any(test, feature = "testing"))]
 pub mod samples;
 mod shape;
 pub mod snprintf;
