@@ -781,11 +781,11 @@ fn index_records(bytes: &[u8], types: Range<usize>) -> Result<Vec<u32>, BtfError
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_blob::*;
+    use stap_lang::bpf::btf::*;
 
     /// int, char, unsigned int:4 bitfields, struct, pointer, enum, func.
     fn sample() -> (Vec<u8>, u32) {
-        let mut b = BlobBuilder::new();
+        let mut b = BtfWriter::new();
         let int = b.int("int", 4, INT_SIGNED); // 1
         let char_ = b.int("char", 1, INT_SIGNED | INT_CHAR); // 2
         let uint = b.int("unsigned int", 4, 0); // 3
@@ -812,8 +812,8 @@ mod tests {
         let reason = b.enumeration("skb_drop_reason", false, &[("A", 2), ("B", 3)]); // 8
         let skb_ptr = b.ptr(skb); // 9
         let proto = b.func_proto(int, &[("skb", skb_ptr), ("reason", reason)]); // 10
-        b.func("consume", proto); // 11
-        (b.build(), skb)
+        b.func("consume", proto, Linkage::Global); // 11
+        (b.finish(), skb)
     }
 
     #[test]
@@ -867,11 +867,11 @@ mod tests {
 
     #[test]
     fn signed_enums_and_enum64() {
-        let mut b = BlobBuilder::new();
+        let mut b = BtfWriter::new();
         let signed = b.enumeration("s", true, &[("NEG", -1)]);
         let unsigned = b.enumeration("u", false, &[("BIG", -1)]);
         let wide = b.enum64("w", false, &[("HUGE", 1 << 40)]);
-        let btf = Btf::from_bytes(b.build()).expect("valid");
+        let btf = Btf::from_bytes(b.finish()).expect("valid");
         let values = |id| {
             btf.enum_values(&btf.ty(id).expect("record"))
                 .expect("values")
@@ -883,10 +883,10 @@ mod tests {
 
     #[test]
     fn old_style_bitfields_come_from_the_int() {
-        let mut b = BlobBuilder::new();
+        let mut b = BtfWriter::new();
         let field = b.bitfield_int("unsigned int", 4, 2, 5);
         let plain = b.int("int", 4, INT_SIGNED);
-        let btf = Btf::from_bytes(b.build()).expect("valid");
+        let btf = Btf::from_bytes(b.finish()).expect("valid");
         assert_eq!(btf.member_bitfield(field), Some((2, 5)));
         assert_eq!(btf.member_bitfield(plain), None);
     }
@@ -895,15 +895,15 @@ mod tests {
     fn split_btf_continues_ids_and_strings() {
         let (bytes, skb) = sample();
         let base = Arc::new(Btf::from_bytes(bytes).expect("valid"));
-        let mut b = BlobBuilder::split(base.last_id(), base.strings.len() as u32);
+        let mut b = BtfWriter::split(base.last_id(), base.strings.len() as u32);
         let skb_ptr = b.ptr(skb); // 12
         let proto = b.func_proto(0, &[("skb", skb_ptr)]); // 13
-        let func = b.func("mod_xmit", proto); // 14
+        let func = b.func("mod_xmit", proto, Linkage::Global); // 14
         // A record may name a string of the base's table.
         let base_table = &base.bytes[base.strings.clone()];
         let sk_buff_at = memchr::memmem::find(base_table, b"\0sk_buff\0").expect("in base") + 1;
         let alias = b.record_named_at(sk_buff_at as u32, KIND_TYPEDEF, 0, false, skb); // 15
-        let split = Btf::split_from_bytes(b.build(), Arc::clone(&base)).expect("valid split");
+        let split = Btf::split_from_bytes(b.finish(), Arc::clone(&base)).expect("valid split");
         assert_eq!((split.first_id(), split.last_id(), func), (12, 15, 14));
         for _ in 0..2 * DIRECT_LOOKUPS_BEFORE_INDEX {
             assert_eq!(split.find_by_name(Kind::Func, "mod_xmit"), Ok(Some(14)));
@@ -970,9 +970,9 @@ mod tests {
         unknown[24 + 4..24 + 8].copy_from_slice(&(31u32 << 24).to_le_bytes());
         expect_corrupt(unknown, "unknown type kind");
         // A struct claiming 1000 members runs past the section.
-        let mut long = BlobBuilder::new();
+        let mut long = BtfWriter::new();
         long.record("s", KIND_STRUCT, 1000, false, 4);
-        expect_corrupt(long.build(), "runs past");
+        expect_corrupt(long.finish(), "runs past");
         // A string table without its final NUL.
         let mut unterminated = bytes.clone();
         let last = unterminated.len() - 1;
@@ -982,11 +982,11 @@ mod tests {
 
     #[test]
     fn out_of_range_names_and_ids_are_errors() {
-        let mut b = BlobBuilder::new();
+        let mut b = BtfWriter::new();
         let int = b.int("int", 4, INT_SIGNED);
         let bad_name = b.record("x", KIND_TYPEDEF, 0, false, int);
         let dangling = b.ptr(999);
-        let mut bytes = b.build();
+        let mut bytes = b.finish();
         // Point the typedef's name past the string table.
         let record = 24 + 16; // after the 16-byte int record
         bytes[record..record + 4].copy_from_slice(&5000u32.to_le_bytes());

@@ -23,6 +23,3 @@ pub mod stop;
 pub mod sys;
 pub mod tracefs;
 pub mod uprobe;
-
-#[cfg(test)]
-mod test_blob;

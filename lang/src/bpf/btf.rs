@@ -1,13 +1,14 @@
-//! A small BTF writer for program BTF: the handful of types a program's
-//! functions need (`long`, `void *`, two function prototypes, one FUNC per
-//! BPF function), the string section, and the `bpf_func_info` /
-//! `bpf_line_info` records that refer into it. The verifier needs func_info
-//! before it accepts a callback (`bpf_for_each_map_elem`), and line_info
-//! makes its log quote script lines.
+//! The one BTF writer: the layout of `include/uapi/linux/btf.h` encoded
+//! once. Program BTF uses a handful of its records (`long`, `void *`, two
+//! function prototypes, one FUNC per BPF function) with the
+//! `bpf_func_info` / `bpf_line_info` records that refer into it: the
+//! verifier needs func_info before it accepts a callback
+//! (`bpf_for_each_map_elem`), and line_info makes its log quote script
+//! lines. The runtime's BTF reader tests build their vmlinux and module
+//! (split) blobs with the same writer.
 //!
-//! Pure encoding (the layout of `include/uapi/linux/btf.h`): the runtime
-//! loads the blob with `BPF_BTF_LOAD` and passes the records to
-//! `BPF_PROG_LOAD`.
+//! Pure encoding: the runtime loads the blob with `BPF_BTF_LOAD` and
+//! passes the records to `BPF_PROG_LOAD`.
 
 use std::fmt::Write;
 
@@ -17,12 +18,23 @@ const MAGIC: u16 = 0xeb9f;
 const VERSION: u8 = 1;
 const HEADER_BYTES: u32 = 24;
 
-const KIND_INT: u32 = 1;
-const KIND_PTR: u32 = 2;
-const KIND_FUNC: u32 = 12;
-const KIND_FUNC_PROTO: u32 = 13;
+// `BTF_KIND_*`.
+pub const KIND_INT: u32 = 1;
+pub const KIND_PTR: u32 = 2;
+pub const KIND_ARRAY: u32 = 3;
+pub const KIND_STRUCT: u32 = 4;
+pub const KIND_UNION: u32 = 5;
+pub const KIND_ENUM: u32 = 6;
+pub const KIND_FWD: u32 = 7;
+pub const KIND_TYPEDEF: u32 = 8;
+pub const KIND_CONST: u32 = 10;
+pub const KIND_FUNC: u32 = 12;
+pub const KIND_FUNC_PROTO: u32 = 13;
+pub const KIND_ENUM64: u32 = 19;
 
-const INT_SIGNED: u32 = 1;
+// `BTF_INT_*` encoding bits of an INT record.
+pub const INT_SIGNED: u32 = 1;
+pub const INT_CHAR: u32 = 2;
 
 /// FUNC linkage, in the FUNC record's `vlen` bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,12 +94,16 @@ impl LineInfo {
     }
 }
 
-/// Builds one BTF blob. Type ids start at 1 (0 is `void`).
+/// Builds one BTF blob, record by record. Type ids are handed out in
+/// order from 1 (0 is `void`), or after the base's last id for split BTF;
+/// strings are stored once each.
 #[derive(Debug, Clone)]
 pub struct BtfWriter {
     types: Vec<u8>,
     strings: Vec<u8>,
     offsets: HashMap<String, u32>,
+    /// String offsets continue from the base's table in split BTF.
+    string_base: u32,
     next_id: u32,
 }
 
@@ -106,7 +122,22 @@ impl BtfWriter {
             // The string section starts with the empty string.
             strings: vec![0],
             offsets,
+            string_base: 0,
             next_id: 1,
+        }
+    }
+
+    /// Split BTF (a module's) over a base with `base_types` types and a
+    /// string table of `base_strings_len` bytes; "" is the base's.
+    pub fn split(base_types: u32, base_strings_len: u32) -> BtfWriter {
+        let mut offsets = HashMap::new();
+        offsets.insert(String::new(), 0);
+        BtfWriter {
+            types: Vec::new(),
+            strings: Vec::new(),
+            offsets,
+            string_base: base_strings_len,
+            next_id: base_types + 1,
         }
     }
 
@@ -117,49 +148,127 @@ impl BtfWriter {
         if let Some(offset) = self.offsets.get(&text) {
             return *offset;
         }
-        let offset = self.strings.len() as u32;
+        let offset = self.string_base + self.strings.len() as u32;
         self.strings.extend_from_slice(text.as_bytes());
         self.strings.push(0);
         self.offsets.insert(text, offset);
         offset
     }
 
-    fn record(&mut self, name: &str, kind: u32, vlen: u32, size_or_type: u32) -> u32 {
-        let name_off = self.string(name);
-        let info = (kind << 24) | (vlen & 0xffff);
-        for word in [name_off, info, size_or_type] {
-            self.types.extend_from_slice(&word.to_le_bytes());
-        }
-        let id = self.next_id;
+    fn word(&mut self, word: u32) {
+        self.types.extend_from_slice(&word.to_le_bytes());
+    }
+
+    /// A record header; returns the new type's id. The caller appends
+    /// the kind's trailing data.
+    pub fn record(
+        &mut self,
+        name: &str,
+        kind: u32,
+        vlen: u32,
+        kind_flag: bool,
+        size_or_type: u32,
+    ) -> u32 {
+        let name = self.string(name);
+        self.record_named_at(name, kind, vlen, kind_flag, size_or_type)
+    }
+
+    /// A record header whose name is at string offset `name` (in split
+    /// BTF, possibly the base's).
+    pub fn record_named_at(
+        &mut self,
+        name: u32,
+        kind: u32,
+        vlen: u32,
+        kind_flag: bool,
+        size_or_type: u32,
+    ) -> u32 {
+        self.word(name);
+        self.word((u32::from(kind_flag) << 31) | (kind << 24) | (vlen & 0xffff));
+        self.word(size_or_type);
         self.next_id += 1;
+        self.next_id - 1
+    }
+
+    /// An integer of `bytes` bytes; `encoding` is `INT_SIGNED`/`INT_CHAR` bits.
+    pub fn int(&mut self, name: &str, bytes: u32, encoding: u32) -> u32 {
+        let id = self.record(name, KIND_INT, 0, false, bytes);
+        self.word((encoding << 24) | (bytes * 8));
         id
     }
 
-    /// A signed integer of `bytes` bytes.
-    pub fn int(&mut self, name: &str, bytes: u32) -> u32 {
-        let id = self.record(name, KIND_INT, 0, bytes);
-        let encoding = (INT_SIGNED << 24) | (bytes * 8);
-        self.types.extend_from_slice(&encoding.to_le_bytes());
+    /// An old-style bitfield int: `bits` wide at `bit_offset` within `bytes`.
+    pub fn bitfield_int(&mut self, name: &str, bytes: u32, bit_offset: u32, bits: u32) -> u32 {
+        let id = self.record(name, KIND_INT, 0, false, bytes);
+        self.word((bit_offset << 16) | bits);
         id
     }
 
     /// A pointer to type `target` (0: `void *`).
     pub fn ptr(&mut self, target: u32) -> u32 {
-        self.record("", KIND_PTR, 0, target)
+        self.record("", KIND_PTR, 0, false, target)
+    }
+
+    pub fn array(&mut self, elem: u32, index: u32, len: u32) -> u32 {
+        let id = self.record("", KIND_ARRAY, 0, false, 0);
+        self.word(elem);
+        self.word(index);
+        self.word(len);
+        id
+    }
+
+    /// A struct or union; `members`: (name, type, offset word as stored).
+    pub fn composite(
+        &mut self,
+        kind: u32,
+        name: &str,
+        size: u32,
+        kind_flag: bool,
+        members: &[(&str, u32, u32)],
+    ) -> u32 {
+        let id = self.record(name, kind, members.len() as u32, kind_flag, size);
+        for &(member, ty, offset) in members {
+            let member = self.string(member);
+            self.word(member);
+            self.word(ty);
+            self.word(offset);
+        }
+        id
+    }
+
+    pub fn enumeration(&mut self, name: &str, signed: bool, values: &[(&str, i32)]) -> u32 {
+        let id = self.record(name, KIND_ENUM, values.len() as u32, signed, 4);
+        for &(value_name, value) in values {
+            let value_name = self.string(value_name);
+            self.word(value_name);
+            self.word(value as u32);
+        }
+        id
+    }
+
+    pub fn enum64(&mut self, name: &str, signed: bool, values: &[(&str, u64)]) -> u32 {
+        let id = self.record(name, KIND_ENUM64, values.len() as u32, signed, 8);
+        for &(value_name, value) in values {
+            let value_name = self.string(value_name);
+            self.word(value_name);
+            self.word(value as u32);
+            self.word((value >> 32) as u32);
+        }
+        id
     }
 
     pub fn func_proto(&mut self, ret: u32, params: &[(&str, u32)]) -> u32 {
-        let id = self.record("", KIND_FUNC_PROTO, params.len() as u32, ret);
-        for (name, ty) in params {
-            let name_off = self.string(name);
-            self.types.extend_from_slice(&name_off.to_le_bytes());
-            self.types.extend_from_slice(&ty.to_le_bytes());
+        let id = self.record("", KIND_FUNC_PROTO, params.len() as u32, false, ret);
+        for &(param, ty) in params {
+            let param = self.string(param);
+            self.word(param);
+            self.word(ty);
         }
         id
     }
 
     pub fn func(&mut self, name: &str, proto: u32, linkage: Linkage) -> u32 {
-        self.record(name, KIND_FUNC, linkage as u32, proto)
+        self.record(name, KIND_FUNC, linkage as u32, false, proto)
     }
 
     /// The blob: header, type section, string section.
@@ -298,7 +407,7 @@ mod tests {
     #[test]
     fn header_and_sections_line_up() {
         let mut w = BtfWriter::new();
-        let long = w.int("long", 8);
+        let long = w.int("long", 8, INT_SIGNED);
         let ptr = w.ptr(0);
         let proto = w.func_proto(long, &[("ctx", ptr)]);
         let func = w.func("stap_p0", proto, Linkage::Global);

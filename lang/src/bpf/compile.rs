@@ -3,7 +3,7 @@
 
 use hashbrown::HashMap;
 
-use super::btf::{BtfWriter, FuncInfo, LineInfo, Linkage};
+use super::btf::{BtfWriter, FuncInfo, INT_SIGNED, LineInfo, Linkage};
 use super::emit::{self, FormatsIndex, MapIndex};
 use super::inline::inline_calls;
 use super::layout;
@@ -371,7 +371,7 @@ fn program_btf(programs: &mut [Program], source: Option<&SourceMap>) -> Vec<u8> 
         return Vec::new();
     }
     let mut w = BtfWriter::new();
-    let long = w.int("long", 8);
+    let long = w.int("long", 8, INT_SIGNED);
     let ptr = w.ptr(0);
     let handler = w.func_proto(long, &[("ctx", ptr)]);
     let callback = w.func_proto(

@@ -2,12 +2,12 @@
 
 use super::types::builtin_int;
 use super::*;
-use crate::test_blob::*;
+use stap_lang::bpf::btf::*;
 use stap_lang::kernel::find_member;
 
 /// A small vmlinux: see the ids in the comments.
-fn vmlinux_blob() -> BlobBuilder {
-    let mut b = BlobBuilder::new();
+fn vmlinux_blob() -> BtfWriter {
+    let mut b = BtfWriter::new();
     let int = b.int("int", 4, INT_SIGNED); // 1
     let char_ = b.int("char", 1, INT_SIGNED | INT_CHAR); // 2
     let uint = b.int("unsigned int", 4, 0); // 3
@@ -40,14 +40,14 @@ fn vmlinux_blob() -> BlobBuilder {
         int,
         &[("__data", void_ptr), ("skb", skb_ptr), ("reason", reason)],
     ); // 13
-    b.func("__traceiter_kfree_skb", iter); // 14
+    b.func("__traceiter_kfree_skb", iter, Linkage::Global); // 14
     let probe = b.func_proto(0, &[("", void_ptr), ("", skb_ptr), ("", reason)]); // 15
     let probe_ptr = b.ptr(probe); // 16
     b.record("btf_trace_kfree_skb", KIND_TYPEDEF, 0, false, probe_ptr); // 17
     let const_char = b.record("", KIND_CONST, 0, false, char_); // 18
     let string = b.ptr(const_char); // 19
     let send = b.func_proto(int, &[("name", string), ("size", int)]); // 20
-    b.func("tcp_sendmsg", send); // 21
+    b.func("tcp_sendmsg", send, Linkage::Global); // 21
     b.record("u32", KIND_TYPEDEF, 0, false, uint); // 22
     b.record("opaque_u", KIND_FWD, 0, true, 0); // 23
     let callback = b.ptr(send); // 24
@@ -69,20 +69,20 @@ fn kernel_on_disk(test: &str) -> BtfKernel {
     let dir = std::env::temp_dir().join(format!("stap-rs-btf-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let vmlinux = vmlinux_blob();
-    let base_strings = vmlinux.build().len() as u32 - 24 - types_len(&vmlinux);
-    std::fs::write(dir.join("vmlinux"), vmlinux.build()).expect("write vmlinux");
+    let base_strings = vmlinux.finish().len() as u32 - 24 - types_len(&vmlinux);
+    std::fs::write(dir.join("vmlinux"), vmlinux.finish()).expect("write vmlinux");
 
-    let mut first = BlobBuilder::split(VMLINUX_TYPES, base_strings);
+    let mut first = BtfWriter::split(VMLINUX_TYPES, base_strings);
     first.int("amod_int", 2, 0); // 27
     first.int("amod_int2", 2, 0); // 28
-    std::fs::write(dir.join("amod"), first.build()).expect("write amod");
+    std::fs::write(dir.join("amod"), first.finish()).expect("write amod");
 
-    let mut module = BlobBuilder::split(VMLINUX_TYPES, base_strings);
+    let mut module = BtfWriter::split(VMLINUX_TYPES, base_strings);
     let local = module.composite(KIND_STRUCT, "mod_state", 8, false, &[("count", 3, 0)]); // 27
     let local_ptr = module.ptr(local); // 28
     let proto = module.func_proto(1, &[("skb", 11), ("state", local_ptr)]); // 29
-    module.func("mod_rx", proto); // 30
-    std::fs::write(dir.join("mymod"), module.build()).expect("write mymod");
+    module.func("mod_rx", proto, Linkage::Global); // 30
+    std::fs::write(dir.join("mymod"), module.finish()).expect("write mymod");
 
     let kernel = BtfKernel::open_with_modules(&dir.join("vmlinux"), Some(&dir)).expect("opens");
     // Module BTF is opened lazily: open it before the files go.
@@ -91,8 +91,8 @@ fn kernel_on_disk(test: &str) -> BtfKernel {
     kernel
 }
 
-fn types_len(b: &BlobBuilder) -> u32 {
-    let bytes = b.build();
+fn types_len(b: &BtfWriter) -> u32 {
+    let bytes = b.finish();
     u32::from_le_bytes(bytes[12..16].try_into().expect("4 bytes"))
 }
 
