@@ -157,7 +157,6 @@ mod tests {
 
     const MAP_RINGBUF: u32 = 27;
     const PROG_SOCKET_FILTER: u32 = 1;
-    const BPF_PROG_TEST_RUN: libc::c_long = 10;
     const HELPER_RINGBUF_OUTPUT: i32 = 130;
 
     fn insn(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
@@ -183,19 +182,6 @@ mod tests {
         code.push(insn(0xb7, 0, 0, 0, 0)); // r0 = 0
         code.push(insn(0x95, 0, 0, 0, 0)); // exit
         code
-    }
-
-    #[repr(C)]
-    #[derive(Default)]
-    struct TestRunAttr {
-        prog_fd: u32,
-        retval: u32,
-        data_size_in: u32,
-        data_size_out: u32,
-        data_in: u64,
-        data_out: u64,
-        repeat: u32,
-        duration: u32,
     }
 
     #[test]
@@ -224,24 +210,11 @@ mod tests {
         };
         let prog = sys::prog_load(&request, None).expect("loading the test program");
         let packet = [0u8; 64];
-        let mut attr = TestRunAttr {
-            prog_fd: prog.as_raw_fd() as u32,
-            data_size_in: packet.len() as u32,
-            data_in: packet.as_ptr() as u64,
-            repeat: 1,
-            ..Default::default()
+        let run = sys::TestRun {
+            data: &packet,
+            ..sys::TestRun::default()
         };
-        // SAFETY: BPF_PROG_TEST_RUN with a zero-initialised attr whose
-        // pointers refer to live buffers of the stated sizes.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_TEST_RUN,
-                &mut attr as *mut TestRunAttr,
-                std::mem::size_of::<TestRunAttr>(),
-            )
-        };
-        assert_eq!(rc, 0, "test run: {}", io::Error::last_os_error());
+        sys::prog_test_run(prog.as_fd(), &run).expect("test run");
 
         let mut seen = Vec::new();
         let count = ring.consume(|bytes| {

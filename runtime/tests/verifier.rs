@@ -5,95 +5,19 @@
 //! kind implies. On failure the verifier log is printed.
 //!
 //! Needs root (CAP_BPF + CAP_PERFMON); skips with a message otherwise.
-//! Uses raw bpf(2) so it depends on nothing but the backend's `Object`.
+//! Uses only `stap_runtime::sys`'s bpf(2) wrappers (not the loader), so it
+//! depends on nothing but the backend's `Object`.
 
-use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
-use stap_lang::bpf::{self, AttachKind, Object, Options, Program, samples};
-
-const BPF_MAP_CREATE: libc::c_long = 0;
-const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
-const BPF_MAP_FREEZE: libc::c_long = 22;
-
-const PROG_KPROBE: u32 = 2;
-const PROG_TRACEPOINT: u32 = 5;
-const PROG_PERF_EVENT: u32 = 7;
-const PROG_RAW_TRACEPOINT: u32 = 17;
-
-#[repr(C)]
-#[derive(Default)]
-struct MapCreateAttr {
-    map_type: u32,
-    key_size: u32,
-    value_size: u32,
-    max_entries: u32,
-    map_flags: u32,
-    inner_map_fd: u32,
-    numa_node: u32,
-    map_name: [u8; 16],
-    map_ifindex: u32,
-    btf_fd: u32,
-    btf_key_type_id: u32,
-    btf_value_type_id: u32,
-    btf_vmlinux_value_type_id: u32,
-    map_extra: u64,
-    _rest: [u64; 8],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
-    prog_btf_fd: u32,
-    func_info_rec_size: u32,
-    func_info: u64,
-    func_info_cnt: u32,
-    line_info_rec_size: u32,
-    line_info: u64,
-    line_info_cnt: u32,
-    _rest: [u32; 17],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct BtfLoadAttr {
-    btf: u64,
-    btf_log_buf: u64,
-    btf_size: u32,
-    btf_log_size: u32,
-    btf_log_level: u32,
-    _pad: u32,
-}
-
-const BPF_BTF_LOAD: libc::c_long = 18;
+use stap_lang::bpf::{self, Object, Options, Program, samples};
+use stap_runtime::ringbuf::RingBuf;
+use stap_runtime::sys::{self, ProgBtf, ProgLoad, TestRun};
 
 /// The object's program BTF, loaded as the runtime does (BPF_BTF_LOAD).
 fn load_object_btf(object: &Object) -> OwnedFd {
     let mut log = vec![0u8; 1 << 16];
-    let mut attr = BtfLoadAttr {
-        btf: object.btf.as_ptr() as u64,
-        btf_size: object.btf.len() as u32,
-        btf_log_buf: log.as_mut_ptr() as u64,
-        btf_log_size: log.len() as u32,
-        btf_log_level: 1,
-        ..Default::default()
-    };
-    sys_bpf(BPF_BTF_LOAD, &mut attr).unwrap_or_else(|e| {
+    sys::btf_load(&object.btf, Some(&mut log)).unwrap_or_else(|e| {
         let end = log.iter().position(|b| *b == 0).unwrap_or(0);
         panic!(
             "BPF_BTF_LOAD: {e}\n{}",
@@ -117,80 +41,13 @@ fn load_btf(
     })
 }
 
-#[repr(C)]
-#[derive(Default)]
-struct MapElemAttr {
-    map_fd: u32,
-    _pad: u32,
-    key: u64,
-    value: u64,
-    flags: u64,
-    _rest: [u64; 4],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-    _rest: [u64; 4],
-}
-
-fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<OwnedFd> {
-    // SAFETY: `attr` is a properly sized, zero-padded bpf_attr prefix.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut T as *mut u8,
-            std::mem::size_of::<T>() as libc::c_uint,
-        )
-    };
-    if ret < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        // SAFETY: the kernel returned a new fd that we now own.
-        Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
-    }
-}
-
-fn name16(name: &str) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let n = name.len().min(15);
-    out[..n].copy_from_slice(&name.as_bytes()[..n]);
-    out
-}
-
 fn create_maps(object: &Object) -> Vec<OwnedFd> {
     object
         .maps
         .iter()
         .map(|spec| {
-            let mut attr = MapCreateAttr {
-                map_type: spec.map_type,
-                key_size: spec.key_size,
-                value_size: spec.value_size,
-                max_entries: spec.max_entries,
-                map_flags: spec.flags,
-                map_name: name16(&spec.name),
-                ..Default::default()
-            };
-            let fd = sys_bpf(BPF_MAP_CREATE, &mut attr)
-                .unwrap_or_else(|e| panic!("BPF_MAP_CREATE {:?}: {e}", spec));
+            let fd =
+                sys::map_create(spec).unwrap_or_else(|e| panic!("BPF_MAP_CREATE {:?}: {e}", spec));
             if let bpf::MapRole::Formats(data) = &spec.role {
                 fill_and_freeze(&fd, data);
             }
@@ -202,55 +59,9 @@ fn create_maps(object: &Object) -> Vec<OwnedFd> {
 /// The formats map: entry 0 = the bytes, then frozen (the verifier reads
 /// `bpf_snprintf` formats from frozen read-only maps only).
 fn fill_and_freeze(fd: &OwnedFd, data: &[u8]) {
-    let key = 0u32.to_le_bytes();
-    let mut attr = MapElemAttr {
-        map_fd: fd.as_raw_fd() as u32,
-        key: key.as_ptr() as u64,
-        value: data.as_ptr() as u64,
-        ..Default::default()
-    };
-    let mut freeze = MapElemAttr {
-        map_fd: fd.as_raw_fd() as u32,
-        ..Default::default()
-    };
-    // FREEZE insists every field after map_fd is zero.
-    for (cmd, attr) in [
-        (BPF_MAP_UPDATE_ELEM, &mut attr),
-        (BPF_MAP_FREEZE, &mut freeze),
-    ] {
-        // SAFETY: valid attrs.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                cmd,
-                attr as *mut MapElemAttr as *mut u8,
-                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
-            )
-        };
-        assert_eq!(
-            ret,
-            0,
-            "formats map cmd {cmd}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
-fn prog_type(attach: &AttachKind) -> u32 {
-    match attach {
-        AttachKind::RawTracepoint { .. } => PROG_RAW_TRACEPOINT,
-        AttachKind::Tracepoint { .. } => PROG_TRACEPOINT,
-        AttachKind::PerfEvent { .. } => PROG_PERF_EVENT,
-        AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. } | AttachKind::Uprobe { .. } => {
-            PROG_KPROBE
-        }
-        AttachKind::Fentry { .. } | AttachKind::TpBtf { .. } => {
-            panic!("tracing programs need an attach BTF id; not sampled")
-        }
-        AttachKind::Netfilter { .. } => {
-            panic!("netfilter needs an expected attach type; not sampled")
-        }
-    }
+    sys::map_update(fd.as_fd(), &0u32.to_le_bytes(), data, 0)
+        .unwrap_or_else(|e| panic!("formats map update: {e}"));
+    sys::map_freeze(fd.as_fd()).unwrap_or_else(|e| panic!("formats map freeze: {e}"));
 }
 
 /// Loads one program; `Err` carries the errno and the verifier log. The
@@ -276,33 +87,25 @@ fn load_with_log(
         bytes[4..8].copy_from_slice(&fds[map].as_raw_fd().to_le_bytes());
         insns[at] = u64::from_le_bytes(bytes);
     }
-    let license = CString::new("GPL").unwrap();
-    let mut log = vec![0u8; 4 << 20];
-    let mut attr = ProgLoadAttr {
-        prog_type: prog_type(&program.attach),
-        insn_cnt: insns.len() as u32,
-        insns: insns.as_ptr() as u64,
-        license: license.as_ptr() as u64,
-        log_level,
-        log_size: log.len() as u32,
-        log_buf: log.as_mut_ptr() as u64,
-        prog_name: name16(&program.name),
-        ..Default::default()
+    let request = ProgLoad {
+        prog_type: program.attach.program_type(),
+        expected_attach_type: 0,
+        name: &program.name,
+        insns: &insns,
+        attach_btf_id: 0,
+        attach_btf_obj: None,
     };
     let func_info = bpf::btf::FuncInfo::encode_all(&program.func_info);
     let line_info = bpf::btf::LineInfo::encode_all(&program.line_info);
-    if let Some(btf) = btf {
-        attr.prog_btf_fd = btf.as_raw_fd() as u32;
-        attr.func_info_rec_size = bpf::btf::FUNC_INFO_BYTES;
-        attr.func_info = func_info.as_ptr() as u64;
-        attr.func_info_cnt = program.func_info.len() as u32;
-        if !program.line_info.is_empty() {
-            attr.line_info_rec_size = bpf::btf::LINE_INFO_BYTES;
-            attr.line_info = line_info.as_ptr() as u64;
-            attr.line_info_cnt = program.line_info.len() as u32;
-        }
-    }
-    let result = sys_bpf(BPF_PROG_LOAD, &mut attr);
+    let btf = btf.map(|fd| ProgBtf {
+        fd: fd.as_fd(),
+        func_info: &func_info,
+        func_info_rec_size: bpf::btf::FUNC_INFO_BYTES,
+        line_info: &line_info,
+        line_info_rec_size: bpf::btf::LINE_INFO_BYTES,
+    });
+    let mut log = vec![0u8; 4 << 20];
+    let result = sys::prog_load_with_btf(&request, btf.as_ref(), Some((log_level, &mut log)));
     let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
     let text = String::from_utf8_lossy(&log[..end]).into_owned();
     match result {
@@ -457,51 +260,25 @@ impl Running {
     /// Sets the run flag, as the host does after the begin probes.
     fn set_run_flag(&self) {
         let control = role_index(&self.object, |r| matches!(r, bpf::MapRole::Control));
-        let mut value = [0u8; 16];
+        // The whole value: sys checks buffers against the map's value size
+        // (a shorter one would have the kernel read past it).
+        let mut value = vec![0u8; self.object.maps[control].value_size as usize];
         value[..8].copy_from_slice(&1u64.to_le_bytes());
         self.update(control, &0u32.to_le_bytes(), &value);
     }
 
     fn update(&self, map: usize, key: &[u8], value: &[u8]) {
-        let mut attr = MapElemAttr {
-            map_fd: self.fds[map].as_raw_fd() as u32,
-            key: key.as_ptr() as u64,
-            value: value.as_ptr() as u64,
-            ..Default::default()
-        };
-        // SAFETY: valid attr; the key and value outlive the call.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_UPDATE_ELEM,
-                &mut attr as *mut MapElemAttr as *mut u8,
-                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
-            )
-        };
-        assert_eq!(ret, 0, "map update: {}", std::io::Error::last_os_error());
+        sys::map_update(self.fds[map].as_fd(), key, value, 0)
+            .unwrap_or_else(|e| panic!("map update: {e}"));
     }
 
     fn lookup(&self, map: usize, key: &[u8]) -> Option<Vec<u8>> {
         let spec = &self.object.maps[map];
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) * 4;
         let mut value = vec![0u8; spec.value_size as usize * cpus];
-        let mut attr = MapElemAttr {
-            map_fd: self.fds[map].as_raw_fd() as u32,
-            key: key.as_ptr() as u64,
-            value: value.as_mut_ptr() as u64,
-            ..Default::default()
-        };
-        // SAFETY: valid attr; lookup writes at most `value.len()` bytes for
-        // the map sizes used here.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_MAP_LOOKUP_ELEM,
-                &mut attr as *mut MapElemAttr as *mut u8,
-                std::mem::size_of::<MapElemAttr>() as libc::c_uint,
-            )
-        };
-        (ret == 0).then(|| {
+        let found = sys::map_lookup(self.fds[map].as_fd(), key, &mut value)
+            .unwrap_or_else(|e| panic!("map lookup: {e}"));
+        found.then(|| {
             value.truncate(spec.value_size as usize);
             value
         })
@@ -509,7 +286,7 @@ impl Running {
 
     fn global(&self, id: u32) -> usize {
         role_index(&self.object, |r| {
-            *r == bpf::MapRole::Global(stap_lang::sema::hir::GlobalId(id))
+            *r == bpf::MapRole::Global(stap_lang::ir::GlobalId(id))
         })
     }
 
@@ -531,29 +308,13 @@ impl Running {
 
     /// Runs it on `cpu` when given, else wherever the caller runs.
     fn run_on(&self, args: &[u64], cpu: Option<u32>) {
-        let mut attr = TestRunAttr {
-            prog_fd: self.program.as_raw_fd() as u32,
-            ctx_size_in: (args.len() * 8) as u32,
-            ctx_in: args.as_ptr() as u64,
-            flags: u32::from(cpu.is_some()),
-            cpu: cpu.unwrap_or(0),
-            ..Default::default()
+        let run = TestRun {
+            ctx: args,
+            cpu,
+            ..TestRun::default()
         };
-        // SAFETY: valid attr for a raw tracepoint test run.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_TEST_RUN,
-                &mut attr as *mut TestRunAttr as *mut u8,
-                std::mem::size_of::<TestRunAttr>() as libc::c_uint,
-            )
-        };
-        assert_eq!(
-            ret,
-            0,
-            "BPF_PROG_TEST_RUN: {}",
-            std::io::Error::last_os_error()
-        );
+        sys::prog_test_run(self.program.as_fd(), &run)
+            .unwrap_or_else(|e| panic!("BPF_PROG_TEST_RUN: {e}"));
     }
 }
 
@@ -565,69 +326,22 @@ fn role_index(object: &Object, want: impl Fn(&bpf::MapRole) -> bool) -> usize {
         .expect("map exists")
 }
 
-/// A minimal ring-buffer consumer (the layout of kernel/bpf/ringbuf.c).
-struct Ring {
-    consumer: *mut u64,
-    producer: *const u64,
-    data: *const u8,
-    size: usize,
-}
+/// The events ring buffer, read with the runtime's own consumer.
+struct Ring(std::cell::RefCell<RingBuf>);
 
 impl Ring {
     fn new(fd: &OwnedFd, size: usize) -> Ring {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        // SAFETY: mapping a ring buffer fd as the kernel documents: one
-        // writable consumer page, then the producer page and the data
-        // mapped twice, read-only.
-        unsafe {
-            let consumer = libc::mmap(
-                std::ptr::null_mut(),
-                page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            );
-            assert_ne!(consumer, libc::MAP_FAILED);
-            let producer = libc::mmap(
-                std::ptr::null_mut(),
-                page + 2 * size,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                page as libc::off_t,
-            );
-            assert_ne!(producer, libc::MAP_FAILED);
-            Ring {
-                consumer: consumer as *mut u64,
-                producer: producer as *const u64,
-                data: (producer as *const u8).add(page),
-                size,
-            }
-        }
+        let ring = RingBuf::new(fd.as_fd(), size as u32).expect("mapping the ring buffer");
+        Ring(std::cell::RefCell::new(ring))
     }
 
-    /// Every committed record since the last call.
+    /// Every record written since the last drain, in order.
     fn drain(&self) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        // SAFETY: the pointers come from the mmaps above; positions are
-        // read with volatile loads since the kernel writes them.
-        unsafe {
-            let mut cons = std::ptr::read_volatile(self.consumer);
-            let prod = std::ptr::read_volatile(self.producer);
-            while cons < prod {
-                let at = self.data.add(cons as usize & (self.size - 1));
-                let header = std::ptr::read_volatile(at as *const u32);
-                let len = (header & 0x3fff_ffff) as usize;
-                if header & (1 << 30) == 0 {
-                    out.push(std::slice::from_raw_parts(at.add(8), len).to_vec());
-                }
-                cons += ((len + 8 + 7) & !7) as u64;
-            }
-            std::ptr::write_volatile(self.consumer, cons);
-        }
-        out
+        let mut records = Vec::new();
+        self.0
+            .borrow_mut()
+            .consume(|bytes| records.push(bytes.to_vec()));
+        records
     }
 }
 
@@ -821,22 +535,8 @@ fn statistics_match_the_host_arithmetic() {
     let spec = &running.object.maps[map];
     let mut raw = vec![0u8; spec.value_size as usize * possible_cpus()];
     let key = 0u32.to_le_bytes();
-    let mut attr = MapElemAttr {
-        map_fd: running.fds[map].as_raw_fd() as u32,
-        key: key.as_ptr() as u64,
-        value: raw.as_mut_ptr() as u64,
-        ..Default::default()
-    };
-    // SAFETY: the buffer holds one value per possible CPU.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_LOOKUP_ELEM,
-            &mut attr as *mut MapElemAttr as *mut u8,
-            std::mem::size_of::<MapElemAttr>() as libc::c_uint,
-        )
-    };
-    assert_eq!(ret, 0);
+    let found = sys::map_lookup(running.fds[map].as_fd(), &key, &mut raw).expect("lookup");
+    assert!(found);
     let stap_lang::ir::Storage::Stats { needs, .. } = &sample.module.globals[0].storage else {
         unreachable!()
     };
@@ -1308,9 +1008,7 @@ fn kernel_print_hist_sends_the_key() {
     running.run(&[0, 1000]);
     let records = running.ring.drain();
     let global = |name: &str| {
-        stap_lang::sema::hir::GlobalId(
-            module.globals.iter().position(|g| g.name == name).unwrap() as u32
-        )
+        stap_lang::ir::GlobalId(module.globals.iter().position(|g| g.name == name).unwrap() as u32)
     };
     let decoded: Vec<bpf::records::RecordBody<'_>> = records
         .iter()
