@@ -1,5 +1,5 @@
 //! Kernel facts read from this machine's own BTF and tracefs
-//! (/work/shared/platform.md: Linux 6.18 with /sys/kernel/btf/vmlinux).
+//! (../shared/platform.md: Linux 6.18 with /sys/kernel/btf/vmlinux).
 
 use std::sync::OnceLock;
 
