@@ -124,6 +124,21 @@ pub struct Args {
     #[arg(short = 'i')]
     pub interactive: bool,
 
+    /// Output format: text (stap's, byte for byte) or json (one JSON
+    /// object per line for every output event; docs/output.md).
+    #[arg(short = 'f', long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+
+    /// Serve the script's procfs probes (`probe prometheus`, `probe
+    /// json_data`, `procfs("NAME")`) over HTTP at [ADDR:]PORT; the address
+    /// defaults to 127.0.0.1.
+    #[arg(long, value_name = "[ADDR:]PORT")]
+    pub http: Option<String>,
+
+    /// Allow PUT/POST to run procfs write probes (off by default).
+    #[arg(long, requires = "http")]
+    pub http_write: bool,
+
     /// Test only: compile the first kernel probe with a deliberate
     /// out-of-bounds access so the verifier rejects it (the live tests use
     /// it to prove rejections name the script line). Hidden from --help.
@@ -466,6 +481,14 @@ pub enum DumpStage {
     Bpf,
     /// The Cranelift IR of host functions.
     Clif,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// stap's text.
+    Text,
+    /// Newline-delimited JSON: one object per output event.
+    Json,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{self, Failed, emit, fail};
 use stap_lang::pipeline::{Compiled, Next};
+use stap_lang::diag::Diagnostic;
 use stap_lang::source::SourceMap;
 use stap_lang::{bpf, ir, sema};
 use stap_runtime::host::{HostRuntime, RuntimeError};
@@ -67,7 +68,13 @@ pub fn run(
 
     check_target_pid(args.target_pid)?;
     crate::privilege::check(&object)?;
+    let http = http_settings(args, &module, map)?;
     let settings = session::Settings {
+        http,
+        format: match args.format {
+            crate::cli::OutputFormat::Text => stap_runtime::host::Format::Text,
+            crate::cli::OutputFormat::Json => stap_runtime::host::Format::Json,
+        },
         timeout: timeout(args.timeout)?,
         output: args.output.clone(),
         command: args.command.clone(),
@@ -111,6 +118,48 @@ pub fn run(
         return Err(Failed);
     }
     Ok(())
+}
+
+/// `--http`: where procfs probes are served. A script with procfs probes
+/// needs it (stap-rs has no /proc files to offer instead).
+fn http_settings(
+    args: &Args,
+    module: &ir::Module,
+    map: &SourceMap,
+) -> Result<Option<session::HttpSettings>, Failed> {
+    let procfs = module
+        .probes
+        .iter()
+        .find(|p| matches!(p.kind, stap_lang::sema::hir::ProbeKind::Procfs { .. }));
+    let Some(text) = &args.http else {
+        return match procfs {
+            None => Ok(None),
+            Some(probe) => Err(emit(
+                map,
+                &[Diagnostic::error(
+                    "procfs probes are served over HTTP: run stap-rs with --http [ADDR:]PORT",
+                )
+                .at(probe.span, "a procfs probe")
+                .note("e.g. `--http 9900` serves http://127.0.0.1:9900/NAME (GET runs .read, PUT/POST .write with --http-write)")],
+            )),
+        };
+    };
+    let addr = stap_runtime::http::parse_addr(text).map_err(|e| fail(format!("--http: {e}")))?;
+    if procfs.is_none() {
+        eprintln!("WARNING: --http {text}: the script has no procfs probes; nothing is served");
+        return Ok(None);
+    }
+    if stap_runtime::http::is_exposed(&addr) {
+        eprintln!(
+            "WARNING: --http {addr} is not a loopback address: anyone who can reach it can read the metrics{}",
+            if args.http_write { " and run the write probes" } else { "" }
+        );
+    }
+    Ok(Some(session::HttpSettings {
+        addr,
+        allow_write: args.http_write,
+        announce: args.verbose > 0,
+    }))
 }
 
 /// `-T SECONDS` as a duration (the command line checked the range).

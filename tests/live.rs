@@ -53,6 +53,9 @@ mod tapsets;
 #[path = "live/reliability.rs"]
 mod reliability;
 
+#[path = "live/fleet.rs"]
+mod fleet;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

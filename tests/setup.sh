@@ -8,6 +8,8 @@ command -v bpftool >/dev/null || need_apt+=(bpftool)
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v cc >/dev/null || need_apt+=(gcc)   # live tests compile their trigger programs
 command -v tmux >/dev/null || need_apt+=(tmux)   # tests/repl.rs drives the REPL through a pty
+command -v prometheus >/dev/null || need_apt+=(prometheus)   # the fleet test scrapes stap-rs (also brings promtool)
+command -v curl >/dev/null || need_apt+=(curl)   # the procfs/HTTP tests fetch /metrics as a user would
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -281,7 +281,7 @@ fn stdlib_tapsets() -> Vec<(String, String)> {
             let path = entry.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "stp") {
+            } else if path.extension().is_some_and(|e| e == "stp" || e == "stpm") {
                 let text = std::fs::read_to_string(&path).expect("stdlib file");
                 files.push((path.display().to_string(), text));
             }

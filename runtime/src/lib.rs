@@ -13,6 +13,7 @@ pub mod btf;
 pub mod dwarf;
 pub mod features;
 pub mod host;
+pub mod http;
 pub mod jit;
 pub mod kernel;
 pub mod lines;

@@ -31,6 +31,7 @@
 pub mod child;
 pub mod live;
 mod maps;
+pub mod procfs;
 mod signals;
 mod timers;
 
@@ -50,12 +51,15 @@ use stap_lang::source::{SourceMap, Span};
 
 use crate::attach::{self, AttachError};
 use crate::host::value::Value;
-use crate::host::{HostRuntime, Output, RuntimeError, builtins, hist};
+use crate::host::{
+    Format, HostRuntime, Level, Output, RuntimeError, Summary, builtins, hist, json,
+};
 use crate::load::{self, LoadError, Loaded};
 use crate::ringbuf::RingBuf;
 use crate::sys;
 use child::TargetCommand;
 pub use live::KernelState;
+pub use procfs::HttpSettings;
 use signals::StopSignals;
 use timers::{HostTimer, clock_ns, monotonic_ns};
 
@@ -79,6 +83,10 @@ pub struct Settings {
     pub quiet_errors: bool,
     /// `-v`: report what a multi-function probe attached and skipped.
     pub verbose: bool,
+    /// `--http`: where procfs probes are served.
+    pub http: Option<HttpSettings>,
+    /// `--format`: stap's text or JSON lines.
+    pub format: Format,
 }
 
 /// The two compiled halves of one script.
@@ -179,7 +187,8 @@ pub fn run_with_hooks(
             path.display()
         )))?,
         None => Output::stdout(),
-    };
+    }
+    .with_format(settings.format);
     let mut command = match &settings.command {
         Some(text) => Some(
             TargetCommand::spawn_held(text)
@@ -233,6 +242,8 @@ pub fn run_with_hooks(
         // with attaching rather than delaying start-up or the first event.
         runtime.symbols.preload();
     }
+    // After the signal mask, so its threads inherit it.
+    let http = procfs::start(compiled.module, settings.http.as_ref())?;
     hooks.loaded(&mut runtime, &|_| true);
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
     report_function_sets(&attached, settings.verbose);
@@ -251,6 +262,7 @@ pub fn run_with_hooks(
         hold_output: false,
         run_failed: false,
         output_failed: false,
+        http,
     };
     session.start(ready, command.as_mut(), &signals);
     session.finish();
@@ -258,7 +270,13 @@ pub fn run_with_hooks(
     let skipped = attached.skipped() + read_counter(counters, bpf_maps::COUNTER_SKIPPED);
     let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS);
     drop(attached);
-    report_losses(session.errors, skipped, lost);
+    let summary = Summary {
+        errors: session.errors,
+        skipped,
+        lost,
+        failed: session.error_ending || session.run_failed,
+    };
+    report_losses(&mut session.runtime.output, summary);
     drop(signals);
     Ok(Outcome {
         errors: session.errors,
@@ -291,19 +309,44 @@ fn report_function_sets(attached: &attach::Attached, verbose: bool) {
     }
 }
 
-fn report_losses(errors: u64, skipped: u64, lost: u64) {
+/// stap's closing warnings, then (JSON) the `end` event.
+fn report_losses(output: &mut Output, s: Summary) {
     let dropped = crate::stop::dropped();
     if dropped > 0 {
-        eprintln!(
-            "WARNING: {dropped} bytes of output dropped: the output was not read after the stop"
+        let message =
+            format!("{dropped} bytes of output dropped: the output was not read after the stop");
+        output.notice(
+            Level::Warning,
+            "output_dropped",
+            &message,
+            &[("dropped", dropped.to_string())],
         );
     }
-    if errors > 0 || skipped > 0 {
-        eprintln!("WARNING: Number of errors: {errors}, skipped probes: {skipped}");
+    if s.errors > 0 || s.skipped > 0 {
+        let message = format!(
+            "Number of errors: {}, skipped probes: {}",
+            s.errors, s.skipped
+        );
+        output.notice(
+            Level::Warning,
+            "errors_and_skipped",
+            &message,
+            &[
+                ("errors", s.errors.to_string()),
+                ("skipped", s.skipped.to_string()),
+            ],
+        );
     }
-    if lost > 0 {
-        eprintln!("WARNING: {lost} events lost: the ring buffer was full");
+    if s.lost > 0 {
+        let message = format!("{} events lost: the ring buffer was full", s.lost);
+        output.notice(
+            Level::Warning,
+            "lost_events",
+            &message,
+            &[("lost", s.lost.to_string())],
+        );
     }
+    output.end(s);
 }
 
 /// A generation of the interactive session: the module and sources its
@@ -400,17 +443,25 @@ pub fn run_live(
         hold_output: false,
         run_failed: false,
         output_failed: false,
+        http: None,
     };
     session.start(ready, None, &signals);
     let over = session.finish();
     let errors = session.errors;
     let failed = session.error_ending || session.run_failed;
+    let mut output = std::mem::replace(&mut session.runtime.output, Output::buffer());
     drop(session);
     kernel.running = !over;
     if over {
         let skipped = kernel.skipped() + read_counter(kernel.counters(), bpf_maps::COUNTER_SKIPPED);
         let lost = read_counter(kernel.counters(), bpf_maps::COUNTER_LOST_EVENTS);
-        report_losses(errors, skipped, lost);
+        let summary = Summary {
+            errors,
+            skipped,
+            lost,
+            failed,
+        };
+        report_losses(&mut output, summary);
     }
     drop(signals);
     Ok((Outcome { errors, failed }, added))
@@ -424,6 +475,8 @@ static LIVE_SETTINGS: Settings = Settings {
     suppress_errors: true,
     quiet_errors: false,
     verbose: false,
+    http: None,
+    format: Format::Text,
 };
 
 /// One ring buffer and the module its records are decoded with.
@@ -477,6 +530,8 @@ struct Session<'a> {
     run_failed: bool,
     /// A write to the output failed (reported once).
     output_failed: bool,
+    /// Serves procfs probes (`--http`), if the script has any.
+    http: Option<crate::http::Server>,
 }
 
 impl Session<'_> {
@@ -614,8 +669,21 @@ impl Session<'_> {
         // the count still shows at the end.
         if !self.settings.quiet_errors && (self.settings.suppress_errors || !past_limit) {
             match at {
-                Some((sources, span)) => eprintln!("ERROR: {message} {}", near(sources, span)),
-                None => eprintln!("ERROR: {message}"),
+                Some((sources, span)) => {
+                    let near = near(sources, span);
+                    let line = format!("{message} {near}");
+                    let extra = [
+                        ("error", json::string(message.as_bytes())),
+                        ("location", json::string(sources.location(span).as_bytes())),
+                    ];
+                    self.runtime
+                        .output
+                        .notice(Level::Error, "runtime", &line, &extra);
+                }
+                None => self
+                    .runtime
+                    .output
+                    .notice(Level::Error, "runtime", message, &[]),
             }
         }
         if !self.settings.suppress_errors && self.errors > self.compiled.module.limits.max_errors {
@@ -639,7 +707,9 @@ impl Session<'_> {
     }
 
     fn stop_with_warning(&mut self, message: &str) {
-        eprintln!("WARNING: {message}");
+        self.runtime
+            .output
+            .notice(Level::Warning, "session", message, &[]);
         self.ending = true;
     }
 
@@ -668,7 +738,8 @@ impl Session<'_> {
         // absent ones get fd -1, which poll(2) ignores.
         const SIGNALS: usize = 0;
         const COMMAND: usize = 1;
-        const RINGS: usize = 2;
+        const HTTP: usize = 2;
+        const RINGS: usize = 3;
         let timers_at = RINGS + self.feeds.len();
         if let Some(deadline) = deadline {
             // Enforced by the signal watcher too, should a handler or a
@@ -679,6 +750,7 @@ impl Session<'_> {
             let mut fds = vec![
                 poll_entry(Some(signals.fd())),
                 poll_entry(command.as_ref().map(|c| c.exit_fd())),
+                poll_entry(self.http.as_ref().map(|h| h.wake_fd())),
             ];
             fds.extend(self.feeds.iter().map(|f| poll_entry(Some(f.fd.as_fd()))));
             fds.extend(timers.iter().map(|t| poll_entry(Some(t.fd()))));
@@ -718,6 +790,9 @@ impl Session<'_> {
                 if fds[RINGS + feed].revents != 0 {
                     self.drain(feed);
                 }
+            }
+            if fds[HTTP].revents != 0 {
+                self.serve_http();
             }
             if fds[SIGNALS].revents != 0 && signals.take().is_some() {
                 self.ending = true;
@@ -780,7 +855,10 @@ impl Session<'_> {
         let record = match records::decode(bytes, module, max_string_len) {
             Ok(record) => record,
             Err(e) => {
-                eprintln!("WARNING: dropped a malformed event from the kernel: {e}");
+                let message = format!("dropped a malformed event from the kernel: {e}");
+                self.runtime
+                    .output
+                    .notice(Level::Warning, "malformed_event", &message, &[]);
                 return;
             }
         };
@@ -801,8 +879,7 @@ impl Session<'_> {
                 kind: records::ErrorKind::Warning(text),
                 ..
             } => {
-                let _ = self.runtime.output.flush();
-                builtins::warn(text);
+                builtins::warn(&mut self.runtime.output, text);
             }
             // Handlers that failed before the run flag went down: the
             // session already ends on an error, as stap's stops at its first.
@@ -856,7 +933,11 @@ impl Session<'_> {
                 return;
             }
         };
-        if let Err(e) = self.runtime.output.write(text.as_bytes()) {
+        let written = self
+            .runtime
+            .output
+            .histogram(|| text, || json::histogram(&agg, linear));
+        if let Err(e) = written {
             self.output_error(&e);
         }
     }

@@ -81,6 +81,11 @@ pub fn callable(name: &str) -> Option<&'static Builtin> {
 
 /// The host built-in `s =~ re` lowers to: 1 on a match, else 0.
 pub const REGEX_MATCH: &str = "regex_match";
+/// What `$value` in a procfs probe lowers to: reading it, `$value = s`
+/// and `$value .= s` (see `sema::lower`).
+pub const PROCFS_VALUE: &str = "__procfs_value";
+pub const PROCFS_SET: &str = "__procfs_set";
+pub const PROCFS_APPEND: &str = "__procfs_append";
 
 /// Every built-in, grouped as in the tapset reference.
 pub fn all() -> &'static [Builtin] {
@@ -252,6 +257,9 @@ const BUILTINS: &[Builtin] = &[
     both("abs", &[L], LONG, "Absolute value"),
     host_only("matched", &[L], STRING, "Text matched by subexpression n of the last =~ match"),
     internal(host_only(REGEX_MATCH, &[S, S], LONG, "Internal: what `s =~ re` lowers to, 1 on a match (not callable by name)")),
+    internal(host_only(PROCFS_VALUE, &[], STRING, "Internal: `$value` in a procfs probe")),
+    internal(host_only(PROCFS_SET, &[S], VOID, "Internal: `$value = s` in a procfs probe")),
+    internal(host_only(PROCFS_APPEND, &[S], VOID, "Internal: `$value .= s` in a procfs probe")),
     both("enum_name", &[S, L], STRING, "stap-rs: name of a value of a kernel enum, e.g. enum_name(\"skb_drop_reason\", $reason)"),
     // Control.
     both("exit", &[], VOID, "End the session after the current probe: end probes run"),

@@ -272,6 +272,16 @@ pub enum ProbeKind {
         hooknum: u32,
         priority: i32,
     },
+    /// `procfs("NAME").read`/`.write` (`.maxsize(N)`): stap's
+    /// `/proc/systemtap/MODULE/NAME` file, served by the session over HTTP
+    /// as `/NAME` (`--http`); runs on the host with `$value`.
+    Procfs {
+        name: String,
+        write: bool,
+        /// `.maxsize(N)`: the largest `$value` (read) or body (write), in
+        /// bytes; MAXSTRINGLEN without it, as in stap.
+        maxsize: Option<u64>,
+    },
 }
 
 impl ProbeKind {
@@ -289,6 +299,7 @@ impl ProbeKind {
             ProbeKind::TimerProfile => "timer.profile",
             ProbeKind::Process { .. } => "process",
             ProbeKind::Netfilter { .. } => "netfilter",
+            ProbeKind::Procfs { .. } => "procfs",
         }
     }
 }

@@ -216,7 +216,8 @@ pub(crate) fn lower_probe(
         | hir::ProbeKind::End { .. }
         | hir::ProbeKind::Error { .. }
         | hir::ProbeKind::Never
-        | hir::ProbeKind::HostTimer { .. } => hir::Placement::Host,
+        | hir::ProbeKind::HostTimer { .. }
+        | hir::ProbeKind::Procfs { .. } => hir::Placement::Host,
         _ => hir::Placement::Kernel,
     };
     let mut context = point.context.vars.clone();
@@ -623,6 +624,10 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     None => ExprKind::Invalid,
                 }
             }
+            A::Context(_) if self.is_procfs_value(e) => ExprKind::Builtin {
+                name: builtins::PROCFS_VALUE.to_string(),
+                args: Vec::new(),
+            },
             A::Context(_)
             | A::Member { .. }
             | A::Cast { .. }
@@ -682,6 +687,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 lhs: self.boxed_expr(lhs),
                 rhs: self.boxed_expr(rhs),
             },
+            A::Assign { op, target, value } if self.is_procfs_value(target) => {
+                return self.assign_procfs_value(*op, value, span);
+            }
             A::Assign { op, target, value } => {
                 // Compound assignments also read the target.
                 if *op != ast::AssignOp::Set
@@ -742,6 +750,39 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
         let defined = self.elab.diags.len() == before && !matches!(lowered.kind, ExprKind::Invalid);
         self.elab.diags.truncate(before);
         defined
+    }
+
+    /// `$value` in a procfs probe: the text a read probe answers, or the
+    /// body a write probe received. Unlike other context variables it is
+    /// writable, and may grow past MAXSTRINGLEN up to the probe's maxsize.
+    fn is_procfs_value(&self, e: &ast::Expr) -> bool {
+        matches!(&e.kind, ast::ExprKind::Context(ast::ContextVar::Named(name)) if name == "value")
+            && self.ctx.as_ref().is_some_and(|c| c.family == "procfs")
+    }
+
+    /// `$value = e` and `$value .= e` become calls of the host's procfs
+    /// buffer, which (unlike a string) is bounded by maxsize.
+    fn assign_procfs_value(&mut self, op: ast::AssignOp, value: &ast::Expr, span: Span) -> Expr {
+        let name = match op {
+            ast::AssignOp::Set => builtins::PROCFS_SET,
+            ast::AssignOp::Compound(ast::BinaryOp::Concat) => builtins::PROCFS_APPEND,
+            _ => {
+                self.error(
+                    Diagnostic::error(format!("`$value {}` in a procfs probe", op.symbol()))
+                        .at(span, "`$value` is a string")
+                        .note("help: assign it with `=` or append to it with `.=`"),
+                );
+                return invalid(span);
+            }
+        };
+        let value = self.expr(value);
+        expr(
+            ExprKind::Builtin {
+                name: name.to_string(),
+                args: vec![value],
+            },
+            span,
+        )
     }
 
     fn call(&mut self, name: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {

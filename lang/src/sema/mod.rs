@@ -112,6 +112,7 @@ pub fn elaborate(
     apply_overrides(&mut globals, &opts.global_overrides, &mut elab.diags);
     let limits = limits(&opts.defines, &mut elab.diags);
     let needs = needs(&probes);
+    elab.diags.extend(points::procfs::duplicates(&probes));
     let diags = dedup(elab.diags);
     if diags.iter().any(Diagnostic::is_error) {
         return (None, diags);

@@ -254,6 +254,18 @@ impl Printer<'_> {
                 hooknum,
                 priority,
             } => format!("netfilter link (pf {pf}, hook {hooknum}, priority {priority})"),
+            ProbeKind::Procfs {
+                name,
+                write,
+                maxsize,
+            } => format!(
+                "HTTP {} /{name} (procfs, --http), $value up to {}",
+                if *write { "PUT/POST" } else { "GET" },
+                match maxsize {
+                    Some(n) => format!("{n} bytes"),
+                    None => "MAXSTRINGLEN".to_string(),
+                }
+            ),
         };
         self.line(&format!("mechanism: {text}"));
         self.indent += 1;

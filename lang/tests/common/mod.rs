@@ -54,14 +54,26 @@ pub fn elaborate_text(
 ) -> Elaborated {
     let env = fake_env();
     let mut map = SourceMap::new();
+    // `*.stpm` tapsets are macro files, read first as the driver does.
+    let mut library = stap_lang::preprocess::MacroLibrary::default();
+    let mut parse_diags = Vec::new();
+    for (name, text) in tapsets.iter().filter(|(n, _)| n.ends_with(".stpm")) {
+        let id = map.add(*name, *text);
+        parse_diags.extend(stap_lang::parse::parse_macro_file(
+            &map,
+            id,
+            &env,
+            &mut library,
+        ));
+    }
     let user_id = map.add("script.stp", script);
     let tapset_ids: Vec<_> = tapsets
         .iter()
+        .filter(|(n, _)| !n.ends_with(".stpm"))
         .map(|(name, text)| map.add(*name, *text))
         .collect();
-    let mut parse_diags = Vec::new();
     let mut parse = |id| {
-        let parsed = parse_file(&map, id, &env);
+        let parsed = stap_lang::parse::parse_file_with(&map, id, &env, &library);
         parse_diags.extend(parsed.diags);
         parsed.file
     };

@@ -77,6 +77,9 @@ pub const TABLE: &[&str] = &[
     "cmdline_str",
     "regex_match",
     "matched",
+    "__procfs_value",
+    "__procfs_set",
+    "__procfs_append",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -327,9 +330,7 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             }
         }
         "warn" => {
-            // The script's output so far comes first, as in stap.
-            let _ = rt.output.flush();
-            warn(bytes(args, 0));
+            warn(&mut rt.output, bytes(args, 0));
             l(0)
         }
         "log" | "println" | "print" | "printd" | "printdln" => {
@@ -349,15 +350,28 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         }
         "regex_match" => l(rt.regexes.is_match(bytes(args, 0), bytes(args, 1))? as i64),
         "matched" => s(rt.regexes.group(long(args, 0))?),
+        "__procfs_value" => s(rt.procfs.get().to_vec()),
+        "__procfs_set" => {
+            rt.procfs.set(bytes(args, 0));
+            l(0)
+        }
+        "__procfs_append" => {
+            rt.procfs.append(bytes(args, 0));
+            l(0)
+        }
         other => Err(RuntimeError::Unsupported(format!("{other}() on the host"))),
     }
 }
 
 /// `warn(msg)`: `WARNING: msg` on stderr, one newline whether or not the
 /// message ends in one (as stap's `_stp_warn`).
-pub fn warn(message: &[u8]) {
+/// `warn(msg)`: after the script's output so far, as in stap; a
+/// `warning` event with `--format json`.
+pub fn warn(output: &mut super::Output, message: &[u8]) {
     let message = message.strip_suffix(b"\n").unwrap_or(message);
-    eprintln!("WARNING: {}", String::from_utf8_lossy(message));
+    let _ = output.flush();
+    let text = String::from_utf8_lossy(message);
+    output.notice(super::Level::Warning, "warn", &text, &[]);
 }
 
 /// The running probe's point, as `pp()` gives it.

@@ -7,9 +7,11 @@ pub mod enums;
 pub mod error;
 pub mod globals;
 pub mod hist;
+pub mod json;
 pub mod kmap;
 pub mod kmem;
 pub mod output;
+pub mod procfs;
 pub mod regexp;
 pub mod rtlib;
 pub mod stats;
@@ -25,7 +27,7 @@ use stap_lang::printf::{self, Piece};
 pub use error::RuntimeError;
 pub use globals::Globals;
 pub use kmap::BpfMapOps;
-pub use output::Output;
+pub use output::{Format, Level, Output, Summary};
 pub use symbols::Symbols;
 pub use value::Value;
 
@@ -90,6 +92,8 @@ pub struct HostRuntime {
     pub(crate) probe: usize,
     /// Where `%m`/`%M` read kernel memory.
     pub kmem: kmem::KernelMemory,
+    /// `$value` of the procfs probe being served.
+    pub procfs: procfs::ProcfsValue,
 }
 
 impl HostRuntime {
@@ -148,6 +152,7 @@ impl HostRuntime {
                 .collect(),
             probe: 0,
             kmem: kmem::KernelMemory::default(),
+            procfs: procfs::ProcfsValue::default(),
         }
     }
 

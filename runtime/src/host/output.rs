@@ -18,6 +18,12 @@ enum Sink {
     Buffer,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Warning,
+    Error,
+}
+
 /// Pending bytes beyond which complete lines are written before a flush.
 const SPILL: usize = 1 << 16;
 
@@ -25,6 +31,25 @@ pub struct Output {
     sink: Sink,
     /// Bytes not yet written to the sink (everything, for `Buffer`).
     pending: Vec<u8>,
+    format: Format,
+}
+
+/// `--format`: stap's text, or one JSON object per event (docs/output.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// How a run ended, for the JSON `end` event.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary {
+    pub errors: u64,
+    pub skipped: u64,
+    pub lost: u64,
+    /// Ended because of run-time errors (exit status 1).
+    pub failed: bool,
 }
 
 impl Output {
@@ -32,6 +57,7 @@ impl Output {
         Output {
             sink: Sink::Stdout(io::stdout()),
             pending: Vec::new(),
+            format: Format::Text,
         }
     }
 
@@ -40,6 +66,7 @@ impl Output {
         Ok(Output {
             sink: Sink::File(File::create(path)?),
             pending: Vec::new(),
+            format: Format::Text,
         })
     }
 
@@ -48,12 +75,90 @@ impl Output {
         Output {
             sink: Sink::Buffer,
             pending: Vec::new(),
+            format: Format::Text,
         }
     }
 
-    /// Appends script output; it reaches the sink at the next
-    /// [`Output::flush`], or its complete lines once [`SPILL`] bytes wait.
+    /// The same output in another format.
+    pub fn with_format(mut self, format: Format) -> Output {
+        self.format = format;
+        self
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Appends script output (one printf, print, ...: one JSON `output`
+    /// event); it reaches the sink at the next [`Output::flush`], or its
+    /// complete lines once [`SPILL`] bytes wait.
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self.format {
+            Format::Text => self.push(bytes),
+            Format::Json => {
+                let line = super::json::event("output", &[("data", super::json::string(bytes))]);
+                self.push(line.as_bytes())
+            }
+        }
+    }
+
+    /// A printed histogram: stap's ASCII `text`, or the JSON `event`.
+    pub fn histogram(&mut self, text: impl FnOnce() -> String, event: impl FnOnce() -> Option<String>) -> io::Result<()> {
+        match self.format {
+            Format::Text => self.push(text().as_bytes()),
+            Format::Json => match event() {
+                Some(line) => self.push(line.as_bytes()),
+                None => Ok(()),
+            },
+        }
+    }
+
+    /// A warning or error of the run. Text: stap's `WARNING: `/`ERROR: `
+    /// line on stderr, after the output so far. JSON: a `warning`/`error`
+    /// event in the stream, with its `kind` and any extra fields.
+    pub fn notice(&mut self, level: Level, kind: &str, message: &str, extra: &[(&str, String)]) {
+        match self.format {
+            Format::Text => {
+                let prefix = match level {
+                    Level::Warning => "WARNING",
+                    Level::Error => "ERROR",
+                };
+                eprintln!("{prefix}: {message}");
+            }
+            Format::Json => {
+                let mut fields = vec![
+                    ("kind", super::json::string(kind.as_bytes())),
+                    ("message", super::json::string(message.as_bytes())),
+                ];
+                fields.extend(extra.iter().cloned());
+                let name = match level {
+                    Level::Warning => "warning",
+                    Level::Error => "error",
+                };
+                let _ = self.push(super::json::event(name, &fields).as_bytes());
+                let _ = self.flush();
+            }
+        }
+    }
+
+    /// The run is over: JSON's `end` event (text has none).
+    pub fn end(&mut self, summary: Summary) {
+        if self.format == Format::Json {
+            let line = super::json::event(
+                "end",
+                &[
+                    ("errors", summary.errors.to_string()),
+                    ("skipped", summary.skipped.to_string()),
+                    ("lost", summary.lost.to_string()),
+                    ("status", (u8::from(summary.failed)).to_string()),
+                ],
+            );
+            let _ = self.push(line.as_bytes());
+        }
+        let _ = self.flush();
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.pending.extend_from_slice(bytes);
         if !matches!(self.sink, Sink::Buffer) && self.pending.len() >= SPILL {
             let cut = self

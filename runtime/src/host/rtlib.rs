@@ -389,7 +389,12 @@ pub unsafe extern "C" fn stap_print_hist(
             ));
         }
     };
-    rt.write_output(text.as_bytes());
+    let written = rt
+        .output
+        .histogram(|| text, || super::json::histogram(&agg, linear != 0));
+    if let Err(e) = written {
+        rt.fail(RuntimeError::Internal(format!("cannot write output: {e}")));
+    }
 }
 
 /// Snapshots `global` for a foreach; returns the iterator handle.

@@ -10,6 +10,7 @@ mod lifecycle;
 mod netfilter;
 mod perf;
 mod process;
+pub(super) mod procfs;
 mod special;
 mod timer;
 mod tracepoint;
@@ -85,6 +86,7 @@ const FAMILIES: &[&[&str]] = &[
     lifecycle::NAMES,
     kprobe::NAMES,
     netfilter::NAMES,
+    procfs::NAMES,
 ];
 
 /// `fnmatch`-style matching with `*` and `?`.
@@ -404,6 +406,7 @@ impl<'a> Elaborator<'a> {
                 Some(points) => Ok(Some(points)),
                 None => self.resolve_process(comps, span).map(Some),
             },
+            ["procfs", ..] => procfs::resolve(comps, span).map(one),
             _ => Ok(None),
         }
     }

@@ -1,0 +1,130 @@
+//! procfs probes in the session: the HTTP server (`crate::http`) starts
+//! only when the script has them, and its requests run their probes on
+//! the session's thread, between kernel events and timers.
+
+use std::net::SocketAddr;
+
+use stap_lang::ir;
+use stap_lang::sema::hir::ProbeKind;
+
+use super::{Session, SessionError};
+use crate::host::Level;
+use crate::http::{self, Endpoint, Reply, Server};
+
+/// `--http ADDR:PORT` and `--http-write`.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub addr: SocketAddr,
+    pub allow_write: bool,
+    /// Print the address served on stderr once listening (`-v`).
+    pub announce: bool,
+}
+
+/// One endpoint per procfs name, with its read and write probes.
+pub fn endpoints(module: &ir::Module) -> Vec<Endpoint> {
+    let mut endpoints: Vec<Endpoint> = Vec::new();
+    for (i, probe) in module.probes.iter().enumerate() {
+        let ProbeKind::Procfs {
+            name,
+            write,
+            maxsize,
+        } = &probe.kind
+        else {
+            continue;
+        };
+        let at = match endpoints.iter().position(|e| e.name == *name) {
+            Some(at) => at,
+            None => {
+                endpoints.push(Endpoint {
+                    name: name.clone(),
+                    ..Endpoint::default()
+                });
+                endpoints.len() - 1
+            }
+        };
+        let endpoint = &mut endpoints[at];
+        let max = maxsize_of(module, *maxsize);
+        if *write {
+            endpoint.write.get_or_insert(i);
+            endpoint.max_body = max;
+        } else {
+            endpoint.read.get_or_insert(i);
+        }
+    }
+    endpoints
+}
+
+/// A probe's `.maxsize(N)`, or MAXSTRINGLEN.
+fn maxsize_of(module: &ir::Module, maxsize: Option<u64>) -> usize {
+    let n = maxsize.unwrap_or(module.limits.max_string_len as u64);
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+/// Starts the server if the script has procfs probes. The driver refuses
+/// such a script without `--http`, so `None` settings here mean none.
+pub(super) fn start(
+    module: &ir::Module,
+    settings: Option<&HttpSettings>,
+) -> Result<Option<Server>, SessionError> {
+    let endpoints = endpoints(module);
+    let (Some(settings), false) = (settings, endpoints.is_empty()) else {
+        return Ok(None);
+    };
+    let server = Server::start(http::Config {
+        addr: settings.addr,
+        allow_write: settings.allow_write,
+        endpoints,
+    })
+    .map_err(|e| SessionError::Setup(format!("cannot serve --http {}: {e}", settings.addr)))?;
+    if settings.announce {
+        eprintln!(
+            "Pass 5: serving procfs probes at http://{}/",
+            server.local_addr()
+        );
+    }
+    Ok(Some(server))
+}
+
+impl Session<'_> {
+    /// Runs the probe of every waiting HTTP request and answers it.
+    pub(super) fn serve_http(&mut self) {
+        let calls = match &self.http {
+            Some(server) => server.take_calls(),
+            None => return,
+        };
+        for mut call in calls {
+            if self.ending {
+                call.answer(Reply::new(503, "the session is ending\n"));
+                continue;
+            }
+            let module = self.compiled.module;
+            let max = match &module.probes[call.probe].kind {
+                ProbeKind::Procfs { maxsize, .. } => maxsize_of(module, *maxsize),
+                _ => 0,
+            };
+            let write = call.write;
+            let body = std::mem::take(&mut call.body);
+            self.runtime.procfs.start(body, max);
+            let errors = self.errors;
+            self.run_host_probe(call.probe);
+            let (value, truncated) = self.runtime.procfs.take();
+            if truncated && !write {
+                let name = &self.compiled.module.probes[call.probe].point;
+                let message = format!(
+                    "{name}: $value was cut at its maxsize ({max} bytes): raise it with .maxsize(N)"
+                );
+                self.runtime
+                    .output
+                    .notice(Level::Warning, "procfs_truncated", &message, &[]);
+            }
+            let reply = if self.errors > errors {
+                Reply::new(500, "the probe failed with a run-time error\n")
+            } else if write {
+                Reply::new(200, Vec::new())
+            } else {
+                Reply::new(200, value)
+            };
+            call.answer(reply);
+        }
+    }
+}
