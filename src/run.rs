@@ -152,7 +152,11 @@ fn http_settings(
     if stap_runtime::http::is_exposed(&addr) {
         eprintln!(
             "WARNING: --http {addr} is not a loopback address: anyone who can reach it can read the metrics{}",
-            if args.http_write { " and run the write probes" } else { "" }
+            if args.http_write {
+                " and run the write probes"
+            } else {
+                ""
+            }
         );
     }
     Ok(Some(session::HttpSettings {

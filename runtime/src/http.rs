@@ -22,9 +22,9 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
@@ -262,10 +262,7 @@ fn route(stream: &TcpStream, shared: &Shared, head: Head) -> Reply {
                 return Reply::new(405, format!("\"{name}\" has no write probe\n"));
             };
             if !config.allow_write {
-                return Reply::new(
-                    403,
-                    "write probes are off: run stap-rs with --http-write\n",
-                );
+                return Reply::new(403, "write probes are off: run stap-rs with --http-write\n");
             }
             match read_body(stream, &head, endpoint.max_body) {
                 Ok(body) => call(shared, probe, true, body),
@@ -389,7 +386,12 @@ fn read_body(mut stream: &TcpStream, head: &Head, max: usize) -> Result<Vec<u8>,
     while body.len() < length {
         let want = (length - body.len()).min(chunk.len());
         match stream.read(&mut chunk[..want]) {
-            Ok(0) => return Err(Reply::new(400, "the body is shorter than its Content-Length\n")),
+            Ok(0) => {
+                return Err(Reply::new(
+                    400,
+                    "the body is shorter than its Content-Length\n",
+                ));
+            }
             Ok(n) => body.extend_from_slice(&chunk[..n]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return Err(Reply::new(408, "request timed out\n")),
@@ -466,7 +468,10 @@ mod tests {
     fn addresses_default_to_loopback() {
         assert_eq!(parse_addr("9900").unwrap().to_string(), "127.0.0.1:9900");
         assert_eq!(parse_addr(":9900").unwrap().to_string(), "127.0.0.1:9900");
-        assert_eq!(parse_addr("localhost:1").unwrap().to_string(), "127.0.0.1:1");
+        assert_eq!(
+            parse_addr("localhost:1").unwrap().to_string(),
+            "127.0.0.1:1"
+        );
         assert_eq!(parse_addr("[::1]:80").unwrap().to_string(), "[::1]:80");
         assert!(is_exposed(&parse_addr("0.0.0.0:80").unwrap()));
         assert!(!is_exposed(&parse_addr("127.0.0.5:80").unwrap()));
@@ -483,7 +488,13 @@ mod tests {
         assert_eq!(head.content_length, Some(3));
         assert_eq!(head.body_start, b"ab");
         assert!(parse_head(b"GET /x HTTP/1.1\r\n").unwrap().is_none());
-        assert_eq!(parse_head(b"\x00\x01 / HTTP/1.1\r\n\r\n").err().unwrap().status, 400);
+        assert_eq!(
+            parse_head(b"\x00\x01 / HTTP/1.1\r\n\r\n")
+                .err()
+                .unwrap()
+                .status,
+            400
+        );
         let many: String = (0..40).map(|i| format!("h{i}: v\r\n")).collect();
         let text = format!("GET / HTTP/1.1\r\n{many}\r\n");
         assert_eq!(parse_head(text.as_bytes()).err().unwrap().status, 431);

@@ -46,11 +46,11 @@ pub fn event(kind: &str, fields: &[(&str, String)]) -> String {
 /// bound stap prints in its value column. `None` without the buckets.
 pub fn histogram(agg: &Aggregate, linear: bool) -> Option<String> {
     let mut buckets = Vec::new();
-    let mut fields = vec![("count", agg.count.to_string()), ("sum", agg.sum.to_string())];
-    if agg.count > 0 {
-        fields.push(("min", agg.min.to_string()));
-        fields.push(("max", agg.max.to_string()));
-    }
+    // min and max are kept only when the script asks for them: left out.
+    let mut fields = vec![
+        ("count", agg.count.to_string()),
+        ("sum", agg.sum.to_string()),
+    ];
     if linear {
         let (h, slots) = agg.hist_linear.as_ref()?;
         let last = slots.len().saturating_sub(1);
@@ -58,7 +58,10 @@ pub fn histogram(agg: &Aggregate, linear: bool) -> Option<String> {
             let (value, range) = if i == 0 {
                 (h.lo, ",\"range\":\"under\"")
             } else if i == last {
-                (h.lo.wrapping_add((i as i64 - 2).wrapping_mul(h.width)), ",\"range\":\"over\"")
+                (
+                    h.lo.wrapping_add((i as i64 - 2).wrapping_mul(h.width)),
+                    ",\"range\":\"over\"",
+                )
             } else {
                 (h.lo.wrapping_add((i as i64 - 1).wrapping_mul(h.width)), "")
             };

@@ -103,7 +103,11 @@ impl Output {
     }
 
     /// A printed histogram: stap's ASCII `text`, or the JSON `event`.
-    pub fn histogram(&mut self, text: impl FnOnce() -> String, event: impl FnOnce() -> Option<String>) -> io::Result<()> {
+    pub fn histogram(
+        &mut self,
+        text: impl FnOnce() -> String,
+        event: impl FnOnce() -> Option<String>,
+    ) -> io::Result<()> {
         match self.format {
             Format::Text => self.push(text().as_bytes()),
             Format::Json => match event() {

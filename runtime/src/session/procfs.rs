@@ -56,7 +56,7 @@ pub fn endpoints(module: &ir::Module) -> Vec<Endpoint> {
 
 /// A probe's `.maxsize(N)`, or MAXSTRINGLEN.
 fn maxsize_of(module: &ir::Module, maxsize: Option<u64>) -> usize {
-    let n = maxsize.unwrap_or(module.limits.max_string_len as u64);
+    let n = maxsize.unwrap_or(module.limits.max_string_len);
     usize::try_from(n).unwrap_or(usize::MAX)
 }
 

@@ -16,7 +16,10 @@ pub(super) const NAMES: &[&str] = &["procfs.read", "procfs.write"];
 const DEFAULT_NAME: &str = "command";
 
 /// `comps[0]` is `procfs`.
-pub(super) fn resolve(comps: &[Component], span: Span) -> Result<ResolvedPoint<'static>, Diagnostic> {
+pub(super) fn resolve(
+    comps: &[Component],
+    span: Span,
+) -> Result<ResolvedPoint<'static>, Diagnostic> {
     let name = match &comps[0].arg {
         None => DEFAULT_NAME.to_string(),
         Some(Literal::String(s)) => check_name(s, comps[0].span)?,
@@ -30,11 +33,12 @@ pub(super) fn resolve(comps: &[Component], span: Span) -> Result<ResolvedPoint<'
         ["read"] | ["read", "maxsize"] => false,
         ["write"] | ["write", "maxsize"] => true,
         _ => {
-            return Err(Diagnostic::error(format!(
-                "unknown procfs probe `{}`",
-                render(comps)
-            ))
-            .at(span, "expected `procfs(\"NAME\").read` or `.write`, then optionally `.maxsize(N)`"));
+            return Err(
+                Diagnostic::error(format!("unknown procfs probe `{}`", render(comps))).at(
+                    span,
+                    "expected `procfs(\"NAME\").read` or `.write`, then optionally `.maxsize(N)`",
+                ),
+            );
         }
     };
     for c in &comps[1..2] {
@@ -71,15 +75,18 @@ fn check_name(name: &str, span: Span) -> Result<String, Diagnostic> {
         !s.is_empty()
             && s != "."
             && s != ".."
-            && s
-                .chars()
+            && s.chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
     };
     if name.split('/').all(plain_segment) {
         Ok(name.to_string())
     } else {
-        Err(Diagnostic::error(format!("invalid procfs file name \"{name}\""))
-            .at(span, "expected letters, digits, `_`, `-`, `.`, with `/` between directories"))
+        Err(
+            Diagnostic::error(format!("invalid procfs file name \"{name}\"")).at(
+                span,
+                "expected letters, digits, `_`, `-`, `.`, with `/` between directories",
+            ),
+        )
     }
 }
 
