@@ -5,8 +5,8 @@
 
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{self, Failed, emit, fail};
-use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::diag::Diagnostic;
+use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::source::SourceMap;
 use stap_lang::{bpf, ir, sema};
 use stap_runtime::host::{HostRuntime, RuntimeError};
