@@ -5,7 +5,7 @@
 
 use stap_lang::diag::{Diagnostic, render_plain};
 use stap_lang::kernel::{KernelFacts, KernelVersion};
-use stap_lang::parse::parse_file;
+use stap_lang::parse::{parse_file_with, parse_macro_file};
 use stap_lang::preprocess::PreprocessEnv;
 use stap_lang::sema::{ElabOptions, Program, elaborate};
 use stap_lang::source::SourceMap;
@@ -59,12 +59,7 @@ pub fn elaborate_text(
     let mut parse_diags = Vec::new();
     for (name, text) in tapsets.iter().filter(|(n, _)| n.ends_with(".stpm")) {
         let id = map.add(*name, *text);
-        parse_diags.extend(stap_lang::parse::parse_macro_file(
-            &map,
-            id,
-            &env,
-            &mut library,
-        ));
+        parse_diags.extend(parse_macro_file(&map, id, &env, &mut library));
     }
     let user_id = map.add("script.stp", script);
     let tapset_ids: Vec<_> = tapsets
@@ -73,7 +68,7 @@ pub fn elaborate_text(
         .map(|(name, text)| map.add(*name, *text))
         .collect();
     let mut parse = |id| {
-        let parsed = stap_lang::parse::parse_file_with(&map, id, &env, &library);
+        let parsed = parse_file_with(&map, id, &env, &library);
         parse_diags.extend(parsed.diags);
         parsed.file
     };
