@@ -245,6 +245,44 @@ pub trait KernelFacts {
         let _ = (path, spec);
         Ok(None)
     }
+
+    /// Every system call of the kernel's native ABI as `(number, name)`,
+    /// by number. Names are the ABI's (`stat`, `umount2`), as `__NR_NAME`
+    /// spells them. Empty when unknown.
+    fn syscalls(&self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
+
+    /// The number of a system call, by its ABI name (`umount2`) or by the
+    /// name of its kernel entry point as the `syscalls:sys_enter_NAME`
+    /// trace events spell it (`umount`, `newstat`). `None` when unknown.
+    fn syscall_number(&self, name: &str) -> Option<u32> {
+        let table = self.syscalls();
+        let find = |n: &str| table.iter().find(|(_, t)| t == n).map(|(nr, _)| *nr);
+        find(name).or_else(|| find(&syscall_abi_name(name)?))
+    }
+
+    /// The ABI name of system call `nr` (what stap's `syscall_name` gives).
+    fn syscall_name(&self, nr: u32) -> Option<String> {
+        self.syscalls()
+            .into_iter()
+            .find(|(n, _)| *n == nr)
+            .map(|(_, name)| name)
+    }
+}
+
+/// The ABI name of a system call whose kernel entry point is named
+/// differently (`SYSCALL_DEFINE(newstat)` is `__NR_stat`): the trace events
+/// use the entry point's name. The renames are the kernel's own, the same
+/// on every architecture that has the call: `new*` (the struct layouts
+/// that replaced old ones), `umount` (`__NR_umount2`), `sendfile64`
+/// (`__NR_sendfile` on 64-bit ABIs). `None` when no rule applies.
+pub fn syscall_abi_name(entry: &str) -> Option<String> {
+    match entry {
+        "umount" => Some("umount2".to_string()),
+        "sendfile64" => Some("sendfile".to_string()),
+        _ => entry.strip_prefix("new").map(str::to_string),
+    }
 }
 
 /// Finds `name` among the members of `ty`, descending into anonymous
@@ -279,4 +317,24 @@ pub fn member_names(facts: &dyn KernelFacts, ty: TypeId) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{KernelFacts, syscall_abi_name};
+    use crate::testing::FakeKernel;
+
+    #[test]
+    fn syscall_numbers_by_abi_and_entry_point_names() {
+        let k = FakeKernel::new();
+        assert_eq!(k.syscall_number("openat"), Some(257));
+        // The trace events name the entry point: sys_enter_newstat is stat.
+        assert_eq!(k.syscall_number("newstat"), Some(4));
+        assert_eq!(k.syscall_number("umount"), Some(166));
+        assert_eq!(k.syscall_number("nosuchcall"), None);
+        assert_eq!(k.syscall_name(231).as_deref(), Some("exit_group"));
+        assert_eq!(k.syscall_name(100_000), None);
+        assert_eq!(syscall_abi_name("openat"), None);
+        assert_eq!(syscall_abi_name("sendfile64").as_deref(), Some("sendfile"));
+    }
 }

@@ -979,9 +979,29 @@ fn normalize_spelling(c_name: &str) -> String {
     out
 }
 
+/// A slice of x86_64's system call table, numbered as the kernel's.
+const SYSCALLS: &[(u32, &str)] = &[
+    (0, "read"),
+    (1, "write"),
+    (2, "open"),
+    (3, "close"),
+    (4, "stat"),
+    (9, "mmap"),
+    (59, "execve"),
+    (60, "exit"),
+    (62, "kill"),
+    (166, "umount2"),
+    (231, "exit_group"),
+    (257, "openat"),
+];
+
 impl KernelFacts for FakeKernel {
     fn version(&self) -> KernelVersion {
         self.version.clone()
+    }
+
+    fn syscalls(&self) -> Vec<(u32, String)> {
+        SYSCALLS.iter().map(|(n, s)| (*n, s.to_string())).collect()
     }
 
     fn arch(&self) -> String {

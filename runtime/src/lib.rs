@@ -6,6 +6,7 @@
 //! - [`tracefs`]: the tracepoint list and classic events' `format` files.
 //! - [`features`]: which probe mechanisms this kernel allows, probed once.
 //! - [`dwarf`]: user binaries' function prototypes from DWARF (uprobes).
+//! - [`syscalls`]: system call numbers and names of the native ABI.
 //! - [`kernel`]: [`kernel::BtfKernel`], the `KernelFacts` the compiler asks.
 
 pub mod attach;
@@ -22,5 +23,6 @@ pub mod ringbuf;
 pub mod session;
 pub mod stop;
 pub mod sys;
+pub mod syscalls;
 pub mod tracefs;
 pub mod uprobe;

@@ -260,6 +260,18 @@ impl KernelFacts for BtfKernel {
         self.tracefs_or_error()?.events().map_err(facts_error)
     }
 
+    fn syscalls(&self) -> Vec<(u32, String)> {
+        crate::syscalls::all()
+    }
+
+    fn syscall_number(&self, name: &str) -> Option<u32> {
+        crate::syscalls::number(name)
+    }
+
+    fn syscall_name(&self, nr: u32) -> Option<String> {
+        crate::syscalls::name(nr).map(str::to_string)
+    }
+
     fn tracepoint(
         &self,
         system: Option<&str>,
