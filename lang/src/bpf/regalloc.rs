@@ -3,9 +3,10 @@
 //! r6–r9, which survive helper calls. What does not fit is spilled to an
 //! 8-byte stack slot. r0–r5 stay free as scratch within one IR op.
 //!
-//! String registers never occupy a machine register: each one owns a fixed
-//! `max_string_len` slot in the per-CPU scratch map, so "the value" of a
+//! String registers never occupy a machine register: each one lives in a
+//! `max_string_len` slot of the per-CPU scratch map, so "the value" of a
 //! string register is just that slot's address, computed when needed.
+//! Registers whose live intervals do not overlap share a slot.
 
 use crate::ir::{Function, Op, PrintArg, Reg, Term, ValType};
 
@@ -278,22 +279,55 @@ fn intervals(function: &Function) -> Intervals {
     (spans, entry_live, live_in)
 }
 
+/// String registers whose live intervals do not overlap share a scratch
+/// slot (strictly: one read and one written by the same op never do, as
+/// for machine registers), so a long chain of concatenations needs a few
+/// slots rather than one per temporary. Returns the number of slots.
+fn allocate_string_slots(
+    mut strings: Vec<(u32, u32, usize)>,
+    untouched: &[usize],
+    locations: &mut [Location],
+) -> u32 {
+    strings.sort();
+    // Per slot, the end of the interval that last took it.
+    let mut slot_end: Vec<u32> = Vec::new();
+    for (start, end, index) in strings {
+        let slot = match slot_end.iter().position(|e| *e < start) {
+            Some(free) => free,
+            None => {
+                slot_end.push(0);
+                slot_end.len() - 1
+            }
+        };
+        slot_end[slot] = end;
+        locations[index] = Location::StrSlot(slot as u32);
+    }
+    // Never defined nor read: nothing touches their slot.
+    for &index in untouched {
+        if slot_end.is_empty() {
+            slot_end.push(0);
+        }
+        locations[index] = Location::StrSlot(0);
+    }
+    slot_end.len() as u32
+}
+
 /// Allocates every register of `function`.
 pub fn allocate(function: &Function) -> Allocation {
     let (spans, entry_live, live_in) = intervals(function);
     let mut locations = vec![Location::Unused; function.regs.len()];
-    let mut string_slots = 0;
     let mut order: Vec<(u32, u32, usize)> = Vec::new();
+    let mut strings: Vec<(u32, u32, usize)> = Vec::new();
+    let mut untouched_strings = Vec::new();
     for (index, ty) in function.regs.iter().enumerate() {
         match (ty, spans[index]) {
-            (ValType::Str, _) => {
-                locations[index] = Location::StrSlot(string_slots);
-                string_slots += 1;
-            }
+            (ValType::Str, Some((start, end))) => strings.push((start, end, index)),
+            (ValType::Str, None) => untouched_strings.push(index),
             (ValType::Long, Some((start, end))) => order.push((start, end, index)),
             (ValType::Long, None) => {}
         }
     }
+    let string_slots = allocate_string_slots(strings, &untouched_strings, &mut locations);
     order.sort();
     let mut spill_slots = 0;
     let mut spill = |locations: &mut Vec<Location>, index: usize| {
