@@ -5,12 +5,14 @@
 //! - [`symbols`]: collect definitions; pull in tapset files on first use.
 //! - [`points`]: resolve probe points (families, wildcards, aliases, `?`/`!`).
 //! - [`lower`] and [`context`]: resolve names and context variables into HIR.
+//! - [`elide`]: alias code's assignments that nothing reads are dropped.
 //! - [`infer`]: type inference to a fixpoint.
 //! - [`placement`]: kernel (BPF) or host (JIT) for every probe and function.
 //! - [`print`]: the `-p2` listing.
 
 pub mod builtins;
 mod context;
+mod elide;
 pub mod hir;
 mod infer;
 mod lower;
@@ -79,6 +81,9 @@ pub fn elaborate(
             Diagnostic::error("no probes found").note("a script needs at least one `probe`"),
         );
     }
+    let lowered: Vec<Option<&Function>> =
+        elab.functions.iter().map(|f| f.lowered.as_ref()).collect();
+    elide::unused_alias_assignments(&mut probes, &lowered);
     let mut functions = keep_reachable(&mut elab, &mut probes);
     let referenced: Vec<bool> = elab.globals.iter().map(|g| g.referenced).collect();
     for g in elab
