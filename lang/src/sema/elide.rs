@@ -17,12 +17,48 @@ use crate::ast::AssignOp;
 /// value it would have spoiled is never used).
 fn builtin_is_pure(name: &str) -> bool {
     const PURE: &[&str] = &[
-        "sprintf", "sprint", "execname", "pid", "tid", "ppid", "uid", "gid", "euid", "cpu",
-        "cmdline_str", "target", "pp", "probefunc", "probemod", "ppfunc", "get_cycles",
-        "jiffies", "ktime_get_ns", "local_clock_ns", "ctime", "tz_ctime", "int_arg",
-        "uint_arg", "long_arg", "ulong_arg", "pointer_arg", "symname", "symdata", "modname",
-        "strlen", "substr", "isinstr", "strpos", "stringat", "str_replace", "text_str",
-        "string_quoted", "strtol", "isdigit", "abs", "enum_name",
+        "sprintf",
+        "sprint",
+        "execname",
+        "pid",
+        "tid",
+        "ppid",
+        "uid",
+        "gid",
+        "euid",
+        "cpu",
+        "cmdline_str",
+        "target",
+        "pp",
+        "probefunc",
+        "probemod",
+        "ppfunc",
+        "get_cycles",
+        "jiffies",
+        "ktime_get_ns",
+        "local_clock_ns",
+        "ctime",
+        "tz_ctime",
+        "int_arg",
+        "uint_arg",
+        "long_arg",
+        "ulong_arg",
+        "pointer_arg",
+        "symname",
+        "symdata",
+        "modname",
+        "strlen",
+        "substr",
+        "isinstr",
+        "strpos",
+        "stringat",
+        "str_replace",
+        "text_str",
+        "string_quoted",
+        "strtol",
+        "isdigit",
+        "abs",
+        "enum_name",
     ];
     PURE.contains(&name)
         || name.starts_with("user_")
@@ -178,7 +214,12 @@ pub(crate) fn unused_alias_assignments(probes: &mut [Probe], functions: &[Option
     }
 }
 
-fn elide_in(b: &mut Block, read: &[u32], purity: &mut Purity<'_>, elided: &mut [Option<Type>]) -> bool {
+fn elide_in(
+    b: &mut Block,
+    read: &[u32],
+    purity: &mut Purity<'_>,
+    elided: &mut [Option<Type>],
+) -> bool {
     let mut changed = false;
     for s in &mut b.stmts {
         changed |= elide_stmt(s, read, purity, elided);
@@ -187,7 +228,12 @@ fn elide_in(b: &mut Block, read: &[u32], purity: &mut Purity<'_>, elided: &mut [
     changed
 }
 
-fn elide_stmt(s: &mut Stmt, read: &[u32], purity: &mut Purity<'_>, elided: &mut [Option<Type>]) -> bool {
+fn elide_stmt(
+    s: &mut Stmt,
+    read: &[u32],
+    purity: &mut Purity<'_>,
+    elided: &mut [Option<Type>],
+) -> bool {
     match &mut s.kind {
         StmtKind::Expr(e) => {
             let ExprKind::Assign {
@@ -203,9 +249,10 @@ fn elide_stmt(s: &mut Stmt, read: &[u32], purity: &mut Purity<'_>, elided: &mut 
             };
             if read.get(l as usize).copied().unwrap_or(1) == 0 && purity.expr(value) {
                 if let Some(e) = elided.get_mut(l as usize) {
-                    *e = Some(match value.kind {
+                    *e = Some(match &value.kind {
                         ExprKind::Str(_) => Type::String,
-                        _ => value.ty.clone(),
+                        ExprKind::Builtin { name, .. } if name == "sprintf" => Type::String,
+                        _ => value.ty,
                     });
                 }
                 s.kind = StmtKind::Empty;
