@@ -78,7 +78,12 @@ impl<'a> Frontend<'a> {
             .filter(|v| !v.is_empty())
             .collect(),
         };
-        let texts = tapsets::load(&args.include, &key).map_err(fail)?;
+        let mut texts = tapsets::load(&args.include, &key).map_err(fail)?;
+        texts.push(tapsets::TapsetText {
+            name: stap_lang::kernel_tapsets::SYSCALL_TABLE.to_string(),
+            text: stap_lang::kernel_tapsets::syscall_table(self.kernel),
+            macros: false,
+        });
         let ids: Vec<(FileId, bool)> = texts
             .into_iter()
             .map(|t| (map.add(t.name, t.text), t.macros))

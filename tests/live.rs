@@ -56,6 +56,9 @@ mod reliability;
 #[path = "live/fleet.rs"]
 mod fleet;
 
+#[path = "live/syscalls.rs"]
+mod syscalls;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

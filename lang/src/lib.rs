@@ -19,6 +19,7 @@ pub mod bpf;
 pub mod diag;
 pub mod ir;
 pub mod kernel;
+pub mod kernel_tapsets;
 pub mod lexer;
 pub mod nesting;
 pub mod parse;

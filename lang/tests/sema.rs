@@ -432,3 +432,22 @@ fn entry_pointer_followed_at_return_and_try_catch() {
 }"#
     ));
 }
+
+/// A system call without a stdlib alias: `syscall.NAME` (and its synonyms)
+/// take their variables from the trace event; what the body does not read
+/// (`argstr`, `mode`) is elided.
+#[test]
+fn generic_syscall_points_from_the_trace_event() {
+    let helpers = "function __sys_ustr:string (a:long) { return user_string(a, \"\") }\n\
+                   function return_str:string (f:long, r:long) { return sprintf(\"%d\", r) }\n";
+    let script = "probe tp_syscall.openat { printf(\"%s %s %d\\n\", name, filename, flags) }\n\
+                  probe nd_syscall.open*.return { println(retstr) }\n";
+    let (program, text) = elaborate_with(
+        script,
+        &[("syscall-helpers.stp", helpers)],
+        &FakeKernel::new(),
+        &ElabOptions::default(),
+    );
+    assert_eq!(program.probes.len(), 2);
+    insta::assert_snapshot!(text);
+}

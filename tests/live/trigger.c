@@ -11,8 +11,12 @@
  *                                    disconnect, close
  *   trigger NAME send PORT BYTES     TCP: connect to 127.0.0.1:PORT (listening),
  *                                    write BYTES bytes, close
+ *   trigger NAME open PATH           create PATH (O_WRONLY|O_CREAT|O_TRUNC|
+ *                                    O_CLOEXEC, mode 0640), close it, then
+ *                                    open PATH.missing read-only (ENOENT)
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -22,6 +26,17 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+static int open_files(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0) { perror("open"); return 1; }
+    close(fd);
+    char missing[4096];
+    snprintf(missing, sizeof missing, "%s.missing", path);
+    /* Fails with ENOENT on purpose. */
+    if (open(missing, O_RDONLY) >= 0) return 1;
+    return 0;
+}
 
 static int usage(void) {
     fprintf(stderr, "usage: trigger NAME connect PORT | udp ADDR PORT | spin SECONDS | send PORT BYTES\n");
@@ -111,5 +126,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "spin") == 0 && argc == 4) return spin(atof(argv[3]));
     if (strcmp(argv[2], "send") == 0 && argc == 5) return send_bytes(atoi(argv[3]), atoi(argv[4]));
     if (strcmp(argv[2], "sockops") == 0 && argc == 4) return sockops(atoi(argv[3]));
+    if (strcmp(argv[2], "open") == 0 && argc == 4) return open_files(argv[3]);
     return usage();
 }

@@ -12,8 +12,11 @@ mod perf;
 mod process;
 pub(super) mod procfs;
 mod special;
+mod syscall;
 mod timer;
 mod tracepoint;
+
+use std::borrow::Cow;
 
 use super::hir::{ContextVar, ProbeKind};
 use super::symbols::Elaborator;
@@ -66,7 +69,8 @@ pub(crate) struct ResolvedPoint<'a> {
     pub kind: ProbeKind,
     pub context: ProbeContext,
     /// Innermost alias first: they run in this order before the body.
-    pub prologues: Vec<&'a ast::Block>,
+    /// Owned for the prologues a family builds (the generic syscalls').
+    pub prologues: Vec<Cow<'a, ast::Block>>,
     /// Outermost alias first: they run in this order after the body.
     pub epilogues: Vec<&'a ast::Block>,
     pub conditions: Vec<&'a ast::Expr>,
@@ -87,6 +91,7 @@ const FAMILIES: &[&[&str]] = &[
     kprobe::NAMES,
     netfilter::NAMES,
     procfs::NAMES,
+    syscall::NAMES,
 ];
 
 /// `fnmatch`-style matching with `*` and `?`.
@@ -291,6 +296,10 @@ impl<'a> Elaborator<'a> {
         span: Span,
         chain: &mut Vec<String>,
     ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let comps = &*syscall::unalias(comps);
+        if let Some(syscalls) = self.resolve_syscalls(comps, span, chain)? {
+            return Ok(syscalls);
+        }
         if let Some(builtin) = self.resolve_family(comps, span)? {
             return Ok(builtin);
         }
@@ -367,7 +376,7 @@ impl<'a> Elaborator<'a> {
                 if alias.epilogue {
                     r.epilogues.insert(0, &alias.body);
                 } else {
-                    r.prologues.push(&alias.body);
+                    r.prologues.push(Cow::Borrowed(&alias.body));
                 }
                 if let Some(after) = &alias.after {
                     r.epilogues.insert(0, after);
