@@ -648,3 +648,66 @@ fn unprivileged_runs_say_what_is_needed() {
         assert!(!err.contains("not mounted"), "{err}");
     }
 }
+
+/// The numbers `-v` reports after pass 2 and pass 4 ("N probes",
+/// "N instructions").
+fn pass_counts(out: &Output) -> (usize, usize) {
+    let err = stderr(out);
+    let number_before = |line: &str, word: &str| -> usize {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let at = words.iter().position(|w| w.trim_start_matches('(') == word);
+        at.and_then(|i| words[i - 1].trim_start_matches('(').parse().ok())
+            .unwrap_or_else(|| panic!("no `N {word}` in: {line}"))
+    };
+    let line = |prefix: &str| {
+        err.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line in:\n{err}"))
+            .to_string()
+    };
+    (
+        number_before(&line("Pass 2:"), "probes,"),
+        number_before(&line("Pass 4:"), "instructions)"),
+    )
+}
+
+/// `syscall.*` and `syscall.*.return` cover every system call this kernel
+/// traces, hand-written aliases and derived ones alike, and compile.
+#[test]
+fn syscall_wildcards_cover_every_traced_system_call() {
+    let Ok(events) = std::fs::read_dir("/sys/kernel/tracing/events/syscalls") else {
+        eprintln!("skipped: no tracefs syscalls events");
+        return;
+    };
+    let calls = events
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("sys_enter_"))
+        .count();
+    let out = stap(&[
+        "-v",
+        "-p4",
+        "-e",
+        "global calls probe syscall.*, nd_syscall.*.return { calls[name] <<< 1 }",
+    ]);
+    assert_ok(&out);
+    assert_eq!(pass_counts(&out).0, 2 * calls, "{}", stderr(&out));
+}
+
+/// A script that never uses `argstr` (or `mode_str`, ...) pays nothing
+/// for it: the alias's assignment is elided before code generation.
+#[test]
+fn unused_syscall_variables_cost_no_bpf() {
+    let compile = |body: &str| {
+        let script = format!("probe syscall.openat {{ {body} }}");
+        let out = stap(&["-v", "-p4", "-e", &script]);
+        assert_ok(&out);
+        pass_counts(&out).1
+    };
+    let filename = compile("println(filename)");
+    let with_argstr = compile("println(filename, argstr)");
+    assert!(
+        with_argstr > filename + 100,
+        "argstr adds {filename} -> {with_argstr} instructions"
+    );
+    assert!(compile("println(name)") < filename);
+}

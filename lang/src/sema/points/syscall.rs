@@ -16,6 +16,7 @@ use super::{Component, ResolvedPoint, glob_match, has_wildcard};
 use crate::ast::{self, AssignOp, Expr, ExprKind, Literal};
 use crate::diag::Diagnostic;
 use crate::kernel::{Tracepoint, TracepointArgs, TypeKind};
+use crate::sema::hir::ProbeKind;
 use crate::sema::symbols::Elaborator;
 use crate::source::{Span, Spanned};
 
@@ -233,7 +234,15 @@ impl<'a> Elaborator<'a> {
                 Err(_) => Vec::new(),
             }
         };
-        // Then every other call the kernel traces.
+        // Then every other call the kernel traces: the events no alias
+        // resolved to (syscall.pread is sys_enter_pread64).
+        let taken: Vec<String> = out
+            .iter()
+            .filter_map(|p| match &p.kind {
+                ProbeKind::Tracepoint { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .collect();
         let facts = self.facts;
         let events = facts
             .tracepoint_names()
@@ -246,10 +255,13 @@ impl<'a> Elaborator<'a> {
         events.sort();
         for event in events {
             let probe = probe_name(&event);
-            if !glob_match(pattern, probe) || covered.contains(&alias_name(probe)) {
+            let which = if is_return { "exit" } else { "enter" };
+            if !glob_match(pattern, probe)
+                || covered.contains(&alias_name(probe))
+                || taken.contains(&format!("sys_{which}_{event}"))
+            {
                 continue;
             }
-            let which = if is_return { "exit" } else { "enter" };
             let spec = format!("syscalls:sys_{which}_{event}");
             let Some(tp) = facts
                 .tracepoint(Some("syscalls"), &format!("sys_{which}_{event}"))
