@@ -10,6 +10,8 @@ command -v cc >/dev/null || need_apt+=(gcc)   # live tests compile their trigger
 command -v tmux >/dev/null || need_apt+=(tmux)   # tests/repl.rs drives the REPL through a pty
 command -v prometheus >/dev/null || need_apt+=(prometheus)   # the fleet test scrapes stap-rs (also brings promtool)
 command -v curl >/dev/null || need_apt+=(curl)   # the procfs/HTTP tests fetch /metrics as a user would
+command -v dot >/dev/null || need_apt+=(graphviz)   # --callgraph -o X.svg renders with dot
+command -v trace-cmd >/dev/null || need_apt+=(trace-cmd)   # the call-graph test compares with function_graph
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
