@@ -335,3 +335,36 @@ fn callgraph_without_function_probes_is_one_clear_error() {
         .count();
     assert_eq!(errors, 1, "one error, not one per probe:\n{stderr}");
 }
+
+/// The third workflow: every call matching a glob, with its caller, as
+/// `func <- caller`, over whatever runs in two seconds.
+#[test]
+fn every_call_matching_a_glob_with_its_caller() {
+    let _one = serial();
+    if skip_without_function_probes() {
+        return;
+    }
+    let out = stap(&[
+        "-v",
+        "-T",
+        "2",
+        "-e",
+        r#"probe kernel.function("*swap*") { printf("%s <- %s\n", ppfunc(), symname(caller_addr())) }"#,
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr:\n{stderr}");
+    let attached = stderr
+        .lines()
+        .find(|l| l.contains("functions attached"))
+        .unwrap_or_else(|| panic!("-v reports the attach count; stderr:\n{stderr}"));
+    eprintln!("{attached}");
+    for line in stdout.lines() {
+        let (function, caller) = line
+            .split_once(" <- ")
+            .unwrap_or_else(|| panic!("not `func <- caller`: {line}"));
+        assert!(function.contains("swap"), "{line}");
+        assert!(!caller.is_empty(), "{line}");
+    }
+    eprintln!("{} calls printed", stdout.lines().count());
+}
