@@ -211,7 +211,8 @@ fn tcp_recvmsg_return_and_entry_len_with_fexit() {
 
 /// A kretprobe sees the registers at return, where `$len` is gone: an
 /// entry kprobe saves `@entry($len)` per thread for the return handler.
-/// Outside `@entry`, reading `$len` is refused with the reason.
+/// A bare `$len` in the return probe is the same value at the entry, as
+/// in stap (the implicit `@entry`).
 #[test]
 fn tcp_recvmsg_return_with_kretprobe() {
     let _one = serial();
@@ -225,17 +226,12 @@ fn tcp_recvmsg_return_with_kretprobe() {
         done.stderr
     );
 
-    let script = r#"probe kernel.function("tcp_recvmsg").return { println($len) }"#;
-    let refused = Session::start(&["--kernel-probes", "kprobe", "-e", script, "0"]).finish();
-    assert!(!refused.status.success(), "stdout:\n{}", refused.stdout);
-    assert!(
-        refused
-            .stderr
-            .contains("error: `$len` cannot be read in a kernel.function probe")
-            && refused.stderr.contains("@entry($len)"),
-        "the refusal should say why:\n{}",
-        refused.stderr
-    );
+    let implicit = r#"
+        probe kernel.function("tcp_recvmsg").return {
+            if ($return == 9 && $len == 77) { printf("len=%d\n", $len); exit() }
+        }"#;
+    let (done, _) = run_with_traffic("kprobe", implicit);
+    assert_eq!(done.stdout, "len=77\n", "stderr:\n{}", done.stderr);
 }
 
 fn connect_by_wildcard(option: &str) {
