@@ -581,14 +581,22 @@ fn an_endless_script_file_is_refused_at_the_size_cap() {
 }
 
 #[test]
-fn a_target_pid_that_does_not_exist_is_refused() {
-    let out = stap(&["-x", "999999", "-e", "probe begin { exit() }"]);
-    assert_eq!(out.status.code(), Some(1));
+fn a_target_pid_that_does_not_exist_is_a_warning() {
+    let out = stap(&[
+        "-x",
+        "999999",
+        "-e",
+        "probe begin { println(target()) exit() }",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "999999\n");
     assert!(
-        stderr(&out).contains("-x 999999: no such process"),
+        stderr(&out).contains("WARNING: -x 999999: no such process"),
         "{}",
         stderr(&out)
     );
+    let zero = stap(&["-x", "0", "-e", "probe begin { exit() }"]);
+    assert_eq!(zero.status.code(), Some(1));
 }
 
 #[test]
