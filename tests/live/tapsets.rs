@@ -174,7 +174,6 @@ fn function_backed_aliases_see_a_shell_at_work() {
     let script = format!(
         r#"global seen, shell
 probe process("{shell}").begin {{ shell = pid() }}
-probe scheduler.cpu_on {{ if (execname() == "stapTapsetFn" && !seen["cpu_on"]++) printf("cpu_on %d\n", idle) }}
 probe kprocess.start {{ if (execname() == "stapTapsetFn" && !seen["start"]++) printf("start %d\n", pid() != shell) }}
 probe signal.checkperm {{ if (execname() == "stapTapsetFn" && !seen["checkperm"]++) printf("checkperm %s %d\n", sig_name, sig_pid == pid()) }}
 probe vfs.open {{ if (execname() == "stapTapsetFn" && pathname == "stap-tapsets-open.txt" && !seen["open"]++) printf("vfs.open %s\n", pathname) }}
@@ -196,7 +195,6 @@ probe kprocess.release {{ if (released_pid == shell && shell) exit() }}"#,
     assert_success(&done);
     let lines: Vec<&str> = done.stdout.lines().collect();
     let mut expected = vec![
-        "cpu_on 0",
         "start 1",
         "checkperm 0 1",
         "vfs.open stap-tapsets-open.txt",
