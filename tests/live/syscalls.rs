@@ -53,7 +53,7 @@ fn syscall_openat_return_shows_retstr_with_the_errno_name() {
              if (execname() == "stapSysRet" && filename_unquoted == "{path}.missing") mine[tid()] = 1
            }}
            probe syscall.openat.return {{
-             if (mine[tid()]) {{ printf("%s = %s\n", name, retstr); exit() }}
+             if (mine[tid()]) {{ printf("%s = %s (retval %d)\n", name, retstr, retval); exit() }}
            }}"#
     );
     let mut session = Session::start(&["-e", &script]);
@@ -62,7 +62,7 @@ fn syscall_openat_return_shows_retstr_with_the_errno_name() {
     let done = session.finish();
     assert_success(&done);
     assert_eq!(
-        done.stdout, "openat = -2 (ENOENT)\n",
+        done.stdout, "openat = -2 (ENOENT) (retval -2)\n",
         "stderr:\n{}",
         done.stderr
     );
@@ -160,4 +160,60 @@ fn generic_syscall_probes_derive_their_variables_from_the_trace_event() {
         done.stdout,
         done.stderr
     );
+}
+
+/// A script's alias used with a suffix (stap's alias suffixes):
+/// `myprctl.return` is the alias's points with `.return` appended, here a
+/// generic point, whose `retval` and `retstr` come from its trace event.
+#[test]
+fn alias_suffixes_reach_the_return_of_a_generic_syscall() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = r#"global mine, calls
+           probe myprctl = nd_syscall.prctl { calls++ }
+           probe myprctl { if (option == 15 && user_string(arg2, "") == "stapSysSfx") mine[tid()] = 1 }
+           probe myprctl.return {
+             if (mine[tid()]) { printf("%s retval %d retstr %s\n", name, retval, retstr); exit() }
+           }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapSysSfx", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "prctl retval 0 retstr 0\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// stap's nd_syscall idiom, reading the call's arguments as registers:
+/// `int_arg(N)`/`pointer_arg(N)` at a system call's entry are its
+/// arguments, here taken from the trace event's fields.
+#[test]
+fn register_arguments_read_the_calls_arguments_at_its_entry() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = r#"probe nd_syscall.prctl {
+             if (int_arg(1) == 15 && user_string(pointer_arg(2), "") == "stapSysArg") {
+               printf("%s %d %d\n", name, uint_arg(1), long_arg(1) == option)
+               exit()
+             }
+           }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapSysArg", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(done.stdout, "prctl 15 1\n", "stderr:\n{}", done.stderr);
 }

@@ -221,7 +221,8 @@ const BUILTINS: &[Builtin] = &[
     kernel_only("user_long", &[L], LONG, "Long at a user address"),
     kernel_only("user_int", &[L], LONG, "Int at a user address"),
     // Register arguments of the probed function ("DWARF-less" probing in
-    // kernel.function and process probes); N is a constant 1..6.
+    // kernel.function and process probes, and the arguments of a system
+    // call at its syscalls:sys_enter_* event); N is a constant 1..6.
     kernel_only("int_arg", &[L], LONG, "Argument N of the probed function as a signed 32-bit int"),
     kernel_only("uint_arg", &[L], LONG, "Argument N of the probed function as an unsigned 32-bit int"),
     kernel_only("long_arg", &[L], LONG, "Argument N of the probed function as a signed long"),

@@ -7,6 +7,7 @@ use super::FnLowering;
 use crate::ast::StatOp;
 use crate::diag::Diagnostic;
 use crate::ir::{BinOp, Failure, HistKind, Op, PrintArg, Reg, SymbolText, Term, ValType};
+use crate::kernel::TracepointArgs;
 use crate::sema::builtins::{self, ReturnType};
 use crate::sema::hir::{Expr, ExprKind, ProbeKind, Type};
 use crate::source::Span;
@@ -191,24 +192,51 @@ impl FnLowering<'_, '_> {
                 return Some(self.constant(0, span));
             }
         };
-        let in_function_probe = match self.probe_kind {
-            Some(ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. }) => true,
-            Some(_) => false,
-            // In a function: it reads whatever probe calls it.
-            None => true,
-        };
-        if !in_function_probe {
-            self.m.report(
-                Diagnostic::error(format!(
-                    "{name}() is only available in kernel.function and process probes"
-                ))
-                .at(span, "this probe has no function arguments"),
-            );
-            return Some(self.constant(0, span));
-        }
         let dst = self.body.reg(ValType::Long);
-        let index = (n - 1) as u32;
-        self.body.emit(Op::ContextArg { dst, index }, span);
+        match self.probe_kind {
+            Some(ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. }) | None => {
+                // (In a function: it reads whatever probe calls it.)
+                let index = (n - 1) as u32;
+                self.body.emit(Op::ContextArg { dst, index }, span);
+            }
+            // stap's nd_syscall.* probes the system call's function and
+            // reads its arguments as registers; here nd_syscall.* is the
+            // syscalls:sys_enter_* event, whose fields are the same
+            // arguments in order.
+            Some(ProbeKind::Tracepoint {
+                system,
+                name: event,
+                args: TracepointArgs::Classic(fields),
+            }) if system == "syscalls" && event.starts_with("sys_enter_") => {
+                let field = fields
+                    .iter()
+                    .filter(|f| f.name != "__syscall_nr")
+                    .nth((n - 1) as usize);
+                match field {
+                    Some(f) => self.body.emit(
+                        Op::ContextField {
+                            dst,
+                            offset: f.offset,
+                            size: f.size,
+                            signed: false,
+                        },
+                        span,
+                    ),
+                    // Past the call's last argument: stap reads a register
+                    // the call does not use.
+                    None => return Some(self.constant(0, span)),
+                }
+            }
+            Some(_) => {
+                self.m.report(
+                    Diagnostic::error(format!(
+                        "{name}() is only available in kernel.function and process probes, and at the entry of a system call"
+                    ))
+                    .at(span, "this probe has no function arguments"),
+                );
+                return Some(self.constant(0, span));
+            }
+        }
         let narrowed = match name {
             "int_arg" => {
                 // Sign-extend the low 32 bits: shift them up, then back down.

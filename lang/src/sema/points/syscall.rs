@@ -7,8 +7,9 @@
 //! traces (`syscalls:sys_enter_NAME` / `sys_exit_NAME`) is resolved here,
 //! with variables derived from its trace event: `name`, one variable per
 //! argument (named as the kernel names it), `argstr` and, on `.return`,
-//! `retstr`. They are set by a prologue built here, as an alias's would be,
-//! so what a script does not read is elided like any alias variable.
+//! `retval` and `retstr`. They are set by a prologue built here, as an
+//! alias's would be, so what a script does not read is elided like any
+//! alias variable.
 
 use std::borrow::Cow;
 
@@ -42,16 +43,77 @@ pub(super) fn unalias(comps: &[Component]) -> Cow<'_, [Component]> {
 
 /// The probe name of the call a `sys_enter_EVENT` event traces: the
 /// event's, but without the `new` of the kernel's renamed entry points
-/// (`newstat` is `syscall.stat`, as stap names it).
+/// (`newstat` is `syscall.stat`, as stap names it), and `sendfile64` under
+/// stap's `syscall.sendfile`, which names both.
 fn probe_name(event: &str) -> &str {
+    if event == "sendfile64" {
+        return "sendfile";
+    }
     match event.strip_prefix("new") {
         Some(rest) if !rest.is_empty() => rest,
         _ => event,
     }
 }
 
+/// Calls stap's syscall tapset names that x86_64 kernels do not have:
+/// 32-bit and 16-bit-uid forms, the socketcall multiplexer's `send` and
+/// `recv`, calls of other architectures, and removed ones. stap's aliases
+/// for them resolve to nothing there (all their points are optional), so
+/// a script probing one still runs; here they match nothing too, instead
+/// of being an unknown system call.
+const ELSEWHERE: &[&str] = &[
+    "bdflush",
+    "chown16",
+    "fadvise64_64",
+    "fchown16",
+    "fstatfs64",
+    "ftruncate64",
+    "get_thread_area",
+    "gethostname",
+    "lchown16",
+    "llseek",
+    "lookup_dcookie",
+    "mmap2",
+    "mmap32",
+    "nfsservctl",
+    "ni_syscall",
+    "nice",
+    "pipe32",
+    "pselect7",
+    "pwrite32",
+    "readdir",
+    "recv",
+    "rt_sigaction32",
+    "send",
+    "set_thread_area",
+    "setregid16",
+    "setresgid16",
+    "setresuid16",
+    "setreuid16",
+    "settimeofday32",
+    "sgetmask",
+    "sigaction",
+    "sigaction32",
+    "signal",
+    "sigpending",
+    "sigprocmask",
+    "sigreturn",
+    "sigsuspend",
+    "ssetmask",
+    "statfs64",
+    "stime",
+    "sysctl",
+    "sysctl32",
+    "timerfd",
+    "tux",
+    "uselib",
+    "ustat32",
+    "vm86_warning",
+    "waitpid",
+];
+
 /// The variables every `syscall.*` point sets itself.
-const RESERVED: &[&str] = &["name", "argstr", "retstr"];
+const RESERVED: &[&str] = &["name", "argstr", "retstr", "retval"];
 
 /// Argument names the kernel uses for a path or name string.
 fn is_string_arg(name: &str, ty: &TypeKind, facts: &dyn crate::kernel::KernelFacts) -> bool {
@@ -178,11 +240,13 @@ fn entry_prologue(
     b.block(stmts)
 }
 
-/// The prologue of a generic `syscall.NAME.return`: `name` and `retstr`.
+/// The prologue of a generic `syscall.NAME.return`: `name`, `retval`
+/// (stap 4.0+ sets it on every return) and `retstr`.
 fn return_prologue(name: &str, span: Span) -> ast::Block {
     let b = Build { span };
     b.block(vec![
         b.set("name", b.string(name)),
+        b.set("retval", b.ctx("ret")),
         b.set(
             "retstr",
             b.call("return_str", vec![b.number(1), b.ctx("ret")]),
@@ -228,7 +292,7 @@ impl<'a> Elaborator<'a> {
         let mut out = if aliases.is_empty() {
             Vec::new()
         } else {
-            match self.expand_aliases(aliases, wildcard, span, chain) {
+            match self.expand_aliases(aliases, &[], wildcard, span, chain) {
                 Ok(found) => found,
                 Err(e) if !wildcard => return Err(e),
                 Err(_) => Vec::new(),
@@ -279,6 +343,11 @@ impl<'a> Elaborator<'a> {
                 point.prologues.push(Cow::Owned(prologue.clone()));
                 out.push(point);
             }
+        }
+        // stap's compat_* probes are the 32-bit entry points, which have
+        // no trace events.
+        if out.is_empty() && (ELSEWHERE.contains(&pattern) || pattern.starts_with("compat_")) {
+            return Ok(Some(out));
         }
         if out.is_empty() {
             let known: Vec<String> = self.all_alias_names();
