@@ -246,16 +246,19 @@ impl<'a> Elaborator<'a> {
         points: &'a [ast::ProbePoint],
     ) -> Vec<ResolvedPoint<'a>> {
         let mut chain = Vec::new();
-        let (resolved, errors) = self.resolve_list(points, &mut chain, true);
+        let (resolved, errors) = self.resolve_list(points, &[], &mut chain, true);
         self.diags.extend(errors);
         resolved
     }
 
     /// Resolves a list of points in order, honouring `?` and `!`.
-    /// `top` records the written text of each point on its results.
+    /// `suffix` is appended to every point (an alias used with a suffix,
+    /// `myalias.return`). `top` records the written text of each point on
+    /// its results.
     fn resolve_list(
         &mut self,
         points: &'a [ast::ProbePoint],
+        suffix: &[Component],
         chain: &mut Vec<String>,
         top: bool,
     ) -> (Vec<ResolvedPoint<'a>>, Vec<Diagnostic>) {
@@ -264,7 +267,8 @@ impl<'a> Elaborator<'a> {
         for point in points {
             let optional = point.optional || point.sufficient;
             let mut found = Vec::new();
-            for alternative in expand(&point.components) {
+            for mut alternative in expand(&point.components) {
+                alternative.extend_from_slice(suffix);
                 match self.resolve_one(&alternative, point.span, chain) {
                     Ok(mut resolved) => {
                         for r in &mut resolved {
@@ -319,7 +323,10 @@ impl<'a> Elaborator<'a> {
                 .collect();
             if !aliases.is_empty() {
                 let wildcard = pattern.iter().any(|p| has_wildcard(p));
-                return self.expand_aliases(aliases, wildcard, span, chain);
+                return self.expand_aliases(aliases, &[], wildcard, span, chain);
+            }
+            if let Some(found) = self.resolve_alias_suffix(comps, span, chain) {
+                return found;
             }
         }
         let written = render(comps);
@@ -345,6 +352,7 @@ impl<'a> Elaborator<'a> {
     fn expand_aliases(
         &mut self,
         aliases: Vec<(String, &'a ast::ProbeAlias)>,
+        suffix: &[Component],
         wildcard: bool,
         span: Span,
         chain: &mut Vec<String>,
@@ -359,7 +367,7 @@ impl<'a> Elaborator<'a> {
                     .note(format!("expansion: {} -> {name}", chain.join(" -> "))));
             }
             chain.push(name.clone());
-            let (resolved, errors) = self.resolve_list(&alias.points, chain, false);
+            let (resolved, errors) = self.resolve_list(&alias.points, suffix, chain, false);
             chain.pop();
             if let Some(first) = errors.into_iter().next() {
                 let error = first
@@ -389,6 +397,37 @@ impl<'a> Elaborator<'a> {
             Some(error) if out.is_empty() => Err(error),
             _ => Ok(out),
         }
+    }
+
+    /// stap's alias suffixes: `myalias.return` where only `myalias` is an
+    /// alias resolves the alias's points with `.return` appended to each
+    /// (its body still runs as the prologue). The longest alias name that
+    /// is a prefix of the point wins; `None`: no alias is one.
+    fn resolve_alias_suffix(
+        &mut self,
+        comps: &[Component],
+        span: Span,
+        chain: &mut Vec<String>,
+    ) -> Option<Result<Vec<ResolvedPoint<'a>>, Diagnostic>> {
+        for split in (1..comps.len()).rev() {
+            let (head, suffix) = comps.split_at(split);
+            if head.iter().any(|c| has_wildcard(&c.name)) {
+                continue;
+            }
+            let name: Vec<&str> = head.iter().map(|c| c.name.as_str()).collect();
+            let name = name.join(".");
+            self.pull_aliases(|n| n == name);
+            let aliases: Vec<(String, &'a ast::ProbeAlias)> = self
+                .aliases
+                .iter()
+                .filter(|a| a.name == name)
+                .map(|a| (a.name.clone(), a.ast))
+                .collect();
+            if !aliases.is_empty() {
+                return Some(self.expand_aliases(aliases, suffix, false, span, chain));
+            }
+        }
+        None
     }
 
     /// The built-in families. `Ok(None)`: not one of them (maybe an alias).
