@@ -16,8 +16,10 @@ pub struct Args {
     pub script_text: Option<String>,
 
     /// The script file (`-` reads stdin), then the script's arguments ($1, @1, ...).
-    /// With -e, every positional is a script argument.
-    #[arg(value_name = "SCRIPT [ARGS]", trailing_var_arg = true)]
+    /// With -e, every positional is a script argument. As in stap (GNU
+    /// getopt), options may follow them (`stap script.stp arg -T 1`);
+    /// after `--`, everything is an argument.
+    #[arg(value_name = "SCRIPT [ARGS]")]
     pub positional: Vec<String>,
 
     /// Stop after pass N: 1 parse, 2 elaborate, 3 lower to IR, 4 compile, 5 run.

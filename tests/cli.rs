@@ -719,3 +719,45 @@ fn unused_syscall_variables_cost_no_bpf() {
     );
     assert!(compile("println(name)") < filename);
 }
+
+/// As stap's getopt: options may follow the script's arguments (the stock
+/// examples' `stap script.stp ARG -T 1`), and `--` ends the options.
+#[test]
+fn options_after_the_script_arguments_are_options() {
+    let script = r#"probe begin { printf("%d %s\n", $#, @1) }"#;
+    let out = stap(&["-e", script, "first", "-p1"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(r#"printf("%d %s\n", 1, "first")"#),
+        "{}",
+        stdout(&out)
+    );
+    let out = stap(&["-p1", "-e", script, "--", "-T"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(r#"printf("%d %s\n", 1, "-T")"#),
+        "{}",
+        stdout(&out)
+    );
+}
+
+/// stap names some system calls x86_64 does not have (send, recv, the
+/// 16-bit-uid and compat_* forms); its aliases for them resolve to nothing
+/// there, so a script probing one compiles (with the points that do
+/// resolve), as here. A name stap does not know is still an error.
+#[test]
+fn syscalls_of_other_architectures_match_nothing_and_unknown_ones_fail() {
+    let out = stap(&[
+        "-p2",
+        "-e",
+        "probe syscall.send, syscall.recv.return, nd_syscall.chown16, syscall.compat_nanosleep, syscall.read { print(name) }",
+    ]);
+    assert_ok(&out);
+    let out = stap(&["-p2", "-e", "probe syscall.sendd { }"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no system call matches `syscall.sendd`"),
+        "{}",
+        stderr(&out)
+    );
+}
