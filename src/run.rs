@@ -130,7 +130,7 @@ fn http_settings(
     let procfs = module
         .probes
         .iter()
-        .find(|p| matches!(p.kind, stap_lang::sema::hir::ProbeKind::Procfs { .. }));
+        .find(|p| matches!(p.kind, ir::ProbeKind::Procfs { .. }));
     let Some(text) = &args.http else {
         return match procfs {
             None => Ok(None),

@@ -75,7 +75,7 @@ impl Options {
             // strings at the same length).
             max_string_len: limits
                 .max_string_len
-                .clamp(crate::sema::MIN_STRING_LEN, crate::sema::MAX_STRING_LEN)
+                .clamp(crate::ir::MIN_STRING_LEN, crate::ir::MAX_STRING_LEN)
                 as u32,
             test_out_of_bounds: false,
             cpus: DEFAULT_CPUS,

@@ -28,6 +28,7 @@ use crate::source::Span;
 pub use crate::sema::hir::{
     Constant, FunctionMechanism, GlobalId, Limits, Placement, ProbeKind, ProcessTarget,
 };
+pub use crate::sema::{MAX_STRING_LEN, MIN_STRING_LEN};
 
 /// The two value types a register can hold. Statistics never live in a
 /// register: they are only touched through `StatAdd`/`StatGet`.

@@ -133,10 +133,11 @@ impl HostRuntime {
             printf_buf: Vec::new(),
             // Pass 2 refuses values outside this range; the clamp only
             // guards modules built by hand.
-            max_string_len: module.limits.max_string_len.clamp(
-                stap_lang::sema::MIN_STRING_LEN,
-                stap_lang::sema::MAX_STRING_LEN,
-            ) as usize,
+            max_string_len: module
+                .limits
+                .max_string_len
+                .clamp(stap_lang::ir::MIN_STRING_LEN, stap_lang::ir::MAX_STRING_LEN)
+                as usize,
             tokenize_rest: Vec::new(),
             regexes: regexp::Regexes::default(),
             limits_max_action: module.limits.max_action,

@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use stap_lang::ir;
-use stap_lang::sema::hir::ProbeKind;
+use stap_lang::ir::ProbeKind;
 
 use super::{Session, SessionError};
 use crate::host::Level;
