@@ -4,11 +4,10 @@
 
 use super::hir::{
     AccessBase, AccessStep, AccessValue, Block, Constant, ContextSource, ContextVar, Delete, Expr,
-    ExprKind, Function, Global, Local, Probe, ProbeKind, ProcessTarget, Program, Stmt, StmtKind,
+    ExprKind, Function, Global, Local, Probe, Program, Stmt, StmtKind,
 };
 use crate::ast::{BulkContext, PrettyDepth, SortDir, UnaryOp};
 use crate::ast_print::quote_string;
-use crate::kernel::TracepointArgs;
 use crate::source::SourceMap;
 use std::fmt::Write;
 
@@ -194,79 +193,7 @@ impl Printer<'_> {
     }
 
     fn mechanism(&mut self, p: &Probe) {
-        let text = match &p.kind {
-            ProbeKind::Begin { order } => format!("begin (order {order})"),
-            ProbeKind::End { order } => format!("end (order {order})"),
-            ProbeKind::Error { order } => format!("error (order {order})"),
-            ProbeKind::Never => "never (not attached)".to_string(),
-            ProbeKind::HostTimer {
-                period_ns,
-                randomize_ns,
-            } if *randomize_ns == 0 => format!("host timer every {period_ns} ns"),
-            ProbeKind::HostTimer {
-                period_ns,
-                randomize_ns,
-            } => format!("host timer every {period_ns} ns, randomized by up to {randomize_ns} ns"),
-            ProbeKind::Tracepoint { args, .. } => match args {
-                TracepointArgs::Raw(_) => "raw tracepoint".to_string(),
-                TracepointArgs::Classic(_) => "classic tracepoint (tracefs record)".to_string(),
-            },
-            ProbeKind::KernelFunction {
-                mechanism,
-                is_return,
-                ..
-            } => match (mechanism, is_return) {
-                (super::hir::FunctionMechanism::Fentry, false) => "fentry",
-                (super::hir::FunctionMechanism::Fentry, true) => "fexit",
-                (super::hir::FunctionMechanism::Kprobe, false) => "kprobe",
-                (super::hir::FunctionMechanism::Kprobe, true) => "kretprobe",
-            }
-            .to_string(),
-            ProbeKind::Perf {
-                perf_type,
-                config,
-                sample_period,
-                frequency,
-                event,
-            } => format!(
-                "perf event {event} (type {perf_type}, config {config}), {}",
-                if *frequency {
-                    format!("{sample_period} samples a second")
-                } else {
-                    format!("every {sample_period} events")
-                }
-            ),
-            ProbeKind::TimerProfile => "perf event cpu-clock sampling (timer.profile)".to_string(),
-            ProbeKind::Process {
-                path,
-                target,
-                is_return,
-            } => {
-                let what = match target {
-                    ProcessTarget::Function(f) => format!("function {f}"),
-                    ProcessTarget::Statement(s) => format!("statement {s}"),
-                };
-                let kind = if *is_return { "uretprobe" } else { "uprobe" };
-                format!("{kind} on {path}, {what} (address resolved from the binary)")
-            }
-            ProbeKind::Netfilter {
-                pf,
-                hooknum,
-                priority,
-            } => format!("netfilter link (pf {pf}, hook {hooknum}, priority {priority})"),
-            ProbeKind::Procfs {
-                name,
-                write,
-                maxsize,
-            } => format!(
-                "HTTP {} /{name} (procfs, --http), $value up to {}",
-                if *write { "PUT/POST" } else { "GET" },
-                match maxsize {
-                    Some(n) => format!("{n} bytes"),
-                    None => "MAXSTRINGLEN".to_string(),
-                }
-            ),
-        };
+        let text = p.kind.mechanism();
         self.line(&format!("mechanism: {text}"));
         self.indent += 1;
         for v in &p.context {
