@@ -4,6 +4,12 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+// The names each tapset defines, found at build time so that a run parses
+// only the files a script can reach.
+#[path = "src/tapsets/scan.rs"]
+#[allow(dead_code, reason = "the binary uses more of it than the build does")]
+mod scan;
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("stdlib");
     println!("cargo:rerun-if-changed={}", root.display());
@@ -18,17 +24,23 @@ fn main() {
         root.display()
     );
 
-    let mut code =
-        String::from("/// Every tapset under stdlib/: (path relative to stdlib/, text).\n");
-    code.push_str("pub static TAPSETS: &[(&str, &str)] = &[\n");
+    let mut code = String::from("/// Every tapset under stdlib/, with the names it may define.\n");
+    code.push_str("pub static TAPSETS: &[Embedded] = &[\n");
     for path in &files {
         println!("cargo:rerun-if-changed={}", path.display());
         let relative = path.strip_prefix(&root).expect("collected under stdlib/");
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("cannot read tapset {}: {e}", path.display()));
+        let names = scan::scan(&text);
         writeln!(
             code,
-            "    ({:?}, include_str!({:?})),",
+            "    Embedded {{ path: {:?}, text: include_str!({:?}), \
+             functions: &{:?}, globals: &{:?}, aliases: &{:?} }},",
             relative.to_string_lossy(),
-            path.display().to_string()
+            path.display().to_string(),
+            names.functions,
+            names.globals,
+            names.aliases,
         )
         .expect("writing to a String");
     }

@@ -34,16 +34,28 @@ pub fn run(args: &Args) -> Result<(), Failed> {
     let front = Frontend::new(kernel.as_ref(), &script_args);
 
     // The tapsets first: their `.stpm` macros are visible to the script.
-    let library = front.parse_tapsets(args, &mut map)?;
+    let library = front.load_tapsets(args, &mut map)?;
     let user = front.parse_one(&map, user_file)?;
+    let only_parse = args.pass == Some(1) || args.dump == Some(DumpStage::Ast);
+    // stap's pass 1 parses the whole library; a run leaves each file to
+    // pass 2, which parses only those the script reaches.
+    let parsed = if only_parse {
+        front.parse_library(&map, &library)?
+    } else {
+        0
+    };
     if args.verbose > 0 {
+        let deferred = if only_parse {
+            String::new()
+        } else {
+            format!(" ({} indexed, parsed when used)", library.len())
+        };
         eprintln!(
-            "Pass 1: parsed user script and {} library scripts in {}real ms.",
-            library.len(),
+            "Pass 1: parsed user script and {parsed} library scripts{deferred} in {}real ms.",
             started.elapsed().as_millis()
         );
     }
-    if args.pass == Some(1) || args.dump == Some(DumpStage::Ast) {
+    if only_parse {
         print!("{}", ast_print::print_file(&user));
         return Ok(());
     }
@@ -52,10 +64,11 @@ pub fn run(args: &Args) -> Result<(), Failed> {
     let program = front.elaborate(&map, &[user], &library, args)?;
     if args.verbose > 0 {
         eprintln!(
-            "Pass 2: analyzed script: {} probes, {} functions, {} globals in {}real ms.",
+            "Pass 2: analyzed script: {} probes, {} functions, {} globals, {} library scripts parsed in {}real ms.",
             program.probes.len(),
             program.functions.len(),
             program.globals.len(),
+            front.library_parsed(),
             elaborate_started.elapsed().as_millis()
         );
     }

@@ -29,6 +29,8 @@ pub struct Frontend<'a> {
     /// The `.stpm` macros, read by `parse_tapsets` and visible to every
     /// file parsed after it.
     macros: std::cell::RefCell<MacroLibrary>,
+    /// How many library files the last elaboration parsed (for `-v`).
+    library_parsed: std::cell::Cell<usize>,
 }
 
 impl<'a> Frontend<'a> {
@@ -37,7 +39,12 @@ impl<'a> Frontend<'a> {
             kernel,
             script_args,
             macros: Default::default(),
+            library_parsed: Default::default(),
         }
+    }
+
+    pub fn kernel(&self) -> &'a dyn KernelFacts {
+        self.kernel
     }
 
     fn with_env<T>(&self, f: impl FnOnce(&PreprocessEnv) -> T) -> T {
@@ -59,13 +66,11 @@ impl<'a> Frontend<'a> {
         Ok(parsed.file)
     }
 
-    /// Parses every tapset, the `.stpm` macro files first. An error in a
-    /// tapset is reported like a script error: it names the tapset file.
-    pub fn parse_tapsets(
-        &self,
-        args: &Args,
-        map: &mut SourceMap,
-    ) -> Result<Vec<ast::File>, Failed> {
+    /// Reads the tapset library into the source map: every file of the
+    /// stdlib and the `-I` dirs, and this kernel's system call table. Only
+    /// the `.stpm` macro files are parsed now (their macros are visible to
+    /// every file); the rest is parsed by elaboration on first use.
+    pub fn load_tapsets(&self, args: &Args, map: &mut SourceMap) -> Result<Tapsets, Failed> {
         let version = self.kernel.version();
         let key = tapsets::SearchKey {
             arch: &self.kernel.arch(),
@@ -83,43 +88,95 @@ impl<'a> Frontend<'a> {
             name: stap_lang::kernel_tapsets::SYSCALL_TABLE.to_string(),
             text: stap_lang::kernel_tapsets::syscall_table(self.kernel),
             macros: false,
+            declared: stap_lang::kernel_tapsets::syscall_table_declares(),
         });
-        let ids: Vec<(FileId, bool)> = texts
-            .into_iter()
-            .map(|t| (map.add(t.name, t.text), t.macros))
-            .collect();
-        // Every file is parsed, so that one run reports every broken one.
-        let mut files = Vec::with_capacity(ids.len());
+        let mut library = Tapsets::default();
         let mut failed = false;
-        for (id, macros) in ids {
-            if macros {
+        for text in texts {
+            let id = map.add(text.name, text.text);
+            if text.macros {
                 let diags = self.with_env(|env| {
                     parse::parse_macro_file(map, id, env, &mut self.macros.borrow_mut())
                 });
                 failed |= report(map, &diags).is_err();
             } else {
-                match self.parse_one(map, id) {
-                    Ok(file) => files.push(file),
-                    Err(Failed) => failed = true,
-                }
+                library.files.push(id);
+                library.declared.push(text.declared);
             }
         }
         if failed {
             return Err(Failed);
         }
-        Ok(files)
+        Ok(library)
+    }
+
+    /// Parses every library file now (`-p1`, as stap's pass 1 does), so
+    /// that one run reports every broken one.
+    pub fn parse_library(&self, map: &SourceMap, library: &Tapsets) -> Result<usize, Failed> {
+        let mut failed = false;
+        for &id in &library.files {
+            failed |= self.parse_one(map, id).is_err();
+        }
+        if failed {
+            return Err(Failed);
+        }
+        Ok(library.files.len())
+    }
+
+    /// Runs `f` over the library, each file parsed on first use. A library
+    /// file that does not parse has its errors printed and fails the run.
+    pub fn with_library<T>(
+        &self,
+        map: &SourceMap,
+        library: &Tapsets,
+        f: impl FnOnce(&sema::Library<'_>) -> T,
+    ) -> Result<T, Failed> {
+        let failed = std::cell::Cell::new(false);
+        let parse = |index: usize| {
+            let parsed = self.parse_one(map, library.files[index]).ok();
+            failed.set(failed.get() || parsed.is_none());
+            parsed
+        };
+        let lazy = sema::Library::lazy(&library.declared, &parse);
+        let out = f(&lazy);
+        self.library_parsed.set(lazy.parsed_count());
+        if failed.get() {
+            return Err(Failed);
+        }
+        Ok(out)
+    }
+
+    /// How many library files the last elaboration parsed.
+    pub fn library_parsed(&self) -> usize {
+        self.library_parsed.get()
     }
 
     pub fn elaborate(
         &self,
         map: &SourceMap,
         user: &[ast::File],
-        library: &[ast::File],
+        library: &Tapsets,
         args: &Args,
     ) -> Result<sema::Program, Failed> {
-        let (program, diags) = sema::elaborate(user, library, self.kernel, &elab_options(args));
+        let (program, diags) = self.with_library(map, library, |library| {
+            sema::elaborate_with(user, library, self.kernel, &elab_options(args))
+        })?;
         report(map, &diags)?;
         program.ok_or_else(|| fail("elaboration failed"))
+    }
+}
+
+/// The tapset library of a run: its files in search order, each with the
+/// names it may define.
+#[derive(Default)]
+pub struct Tapsets {
+    files: Vec<FileId>,
+    declared: Vec<sema::Declared>,
+}
+
+impl Tapsets {
+    pub fn len(&self) -> usize {
+        self.files.len()
     }
 }
 

@@ -17,7 +17,7 @@ pub fn run(
     let mut map = SourceMap::new();
     let file = map.add("<probe point>", format!("probe {pattern} {{}}\n"));
     let front = Frontend::new(kernel, &[]);
-    let library = front.parse_tapsets(args, &mut map)?;
+    let library = front.load_tapsets(args, &mut map)?;
     let user = front.parse_one(&map, file)?;
     let program = front.elaborate(&map, &[user], &library, args)?;
 

@@ -19,7 +19,7 @@ mod console;
 mod input;
 
 use crate::cli::Args;
-use crate::frontend::{self, Failed, Frontend, elab_options, fail};
+use crate::frontend::{self, Failed, Frontend, Tapsets, elab_options, fail};
 use stap_lang::diag;
 use stap_lang::ir::{self, GlobalId, ProbeKind, Storage};
 use stap_lang::kernel::KernelFacts;
@@ -547,8 +547,8 @@ fn build(
     if let Some(file) = new_file {
         user.push(front.parse_one(&map, file)?);
     }
-    let library = front.parse_tapsets(args, &mut map)?;
-    let program = elaborate(kernel, &map, kept, &user, &library, args)?;
+    let library = front.load_tapsets(args, &mut map)?;
+    let program = elaborate(&front, &map, kept, &user, &library, args)?;
     let Some(Compiled { module, object }) =
         frontend::compile(args, &map, &program, kernel, &mut |_| pipeline::Next::Emit)?
     else {
@@ -568,14 +568,16 @@ fn build(
 /// repeat: those in the kept text (shown when it was typed) and "never
 /// used" (a global is declared before the probes that use it).
 fn elaborate(
-    kernel: &dyn KernelFacts,
+    front: &Frontend,
     map: &SourceMap,
     kept: FileId,
     user: &[ast::File],
-    library: &[ast::File],
+    library: &Tapsets,
     args: &Args,
 ) -> Result<sema::Program, Failed> {
-    let (program, diags) = sema::elaborate(user, library, kernel, &elab_options(args));
+    let (program, diags) = front.with_library(map, library, |library| {
+        sema::elaborate_with(user, library, front.kernel(), &elab_options(args))
+    })?;
     let shown: Vec<diag::Diagnostic> = diags
         .into_iter()
         .filter(|d| {

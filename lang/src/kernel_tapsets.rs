@@ -10,6 +10,14 @@ use crate::kernel::KernelFacts;
 /// The name a generated tapset goes by in messages.
 pub const SYSCALL_TABLE: &str = "<kernel>/syscall_table.stp";
 
+/// What [`syscall_table`] defines, for the library's index.
+pub fn syscall_table_declares() -> crate::sema::Declared {
+    crate::sema::Declared {
+        functions: vec!["syscall_name".into(), "syscall_num".into()],
+        ..Default::default()
+    }
+}
+
 /// `syscall_name(nr)` and `syscall_num(name)` over this kernel's system
 /// call table ([`KernelFacts::syscalls`]). `syscall_name` is a binary
 /// search (a handful of comparisons in BPF); unknown numbers give "",
@@ -50,8 +58,27 @@ fn name_tree(out: &mut String, table: &[(u32, String)], depth: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::syscall_table;
+    use super::{syscall_table, syscall_table_declares};
     use crate::testing::FakeKernel;
+
+    #[test]
+    fn the_syscall_table_declares_what_it_defines() {
+        let kernel = FakeKernel::new();
+        let env = crate::preprocess::PreprocessEnv {
+            kernel: crate::kernel::KernelFacts::version(&kernel),
+            arch: "x86_64".into(),
+            config: &|_| None,
+            args: &[],
+        };
+        let mut map = crate::source::SourceMap::new();
+        let file = map.add("t", syscall_table(&kernel));
+        let parsed = crate::parse::parse_file(&map, file, &env);
+        assert!(parsed.diags.is_empty(), "{:?}", parsed.diags);
+        assert_eq!(
+            crate::sema::Declared::of(&parsed.file),
+            syscall_table_declares()
+        );
+    }
 
     #[test]
     fn the_syscall_table_searches_by_number_and_name() {

@@ -188,23 +188,12 @@ fn open_string_after(before: &str, opener: &str) -> Option<usize> {
 
 /// Function names defined by the embedded tapsets (not `_private` ones).
 fn tapset_functions() -> Vec<String> {
-    let mut names = Vec::new();
-    for (_, text) in crate::tapsets::TAPSETS {
-        for line in text.lines() {
-            let Some(rest) = line.trim_start().strip_prefix("function ") else {
-                continue;
-            };
-            let name: String = rest
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() && !name.starts_with('_') {
-                names.push(name);
-            }
-        }
-    }
-    names
+    crate::tapsets::TAPSETS
+        .iter()
+        .flat_map(|t| t.functions.iter())
+        .filter(|name| !name.starts_with('_'))
+        .map(|name| name.to_string())
+        .collect()
 }
 
 /// The type of a `$var->a->b` or `@cast(x, "struct T")->a` chain.

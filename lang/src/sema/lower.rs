@@ -312,11 +312,17 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             local_names,
             ..
         } = self;
-        let mut candidates: Vec<String> = elab.global_names();
-        candidates.extend(local_names.keys().cloned());
-        candidates.sort();
+        // Gathered only for an error: the global names parse the whole
+        // tapset library.
+        let mut candidates: Option<Vec<String>> = None;
         for (i, local) in locals.iter().enumerate() {
             if let (false, Some(span)) = (assigned[i], first_read[i]) {
+                let candidates = candidates.get_or_insert_with(|| {
+                    let mut names = elab.global_names();
+                    names.extend(local_names.keys().cloned());
+                    names.sort();
+                    names
+                });
                 elab.error(
                     Diagnostic::error(format!("unknown variable `{}`", local.name))
                         .at(span, "never assigned, and not a global")

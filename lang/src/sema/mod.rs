@@ -15,6 +15,7 @@ mod context;
 mod elide;
 pub mod hir;
 mod infer;
+pub mod library;
 mod lower;
 mod placement;
 mod points;
@@ -24,6 +25,7 @@ mod symbols;
 mod walk;
 
 pub use hir::*;
+pub use library::{Declared, Library};
 
 use crate::ast;
 use crate::diag::Diagnostic;
@@ -64,6 +66,16 @@ pub enum KernelProbes {
 pub fn elaborate(
     user: &[ast::File],
     tapsets: &[ast::File],
+    facts: &dyn KernelFacts,
+    opts: &ElabOptions,
+) -> (Option<Program>, Vec<Diagnostic>) {
+    elaborate_with(user, &Library::parsed(tapsets), facts, opts)
+}
+
+/// [`elaborate`] over a [`Library`] whose files are parsed on first use.
+pub fn elaborate_with(
+    user: &[ast::File],
+    tapsets: &Library<'_>,
     facts: &dyn KernelFacts,
     opts: &ElabOptions,
 ) -> (Option<Program>, Vec<Diagnostic>) {

@@ -3,6 +3,7 @@
 //! defined there (stap's "tapset resolution").
 
 use super::hir::{self, GlobalId, Sides, Type};
+use super::library::Library;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::KernelFacts;
@@ -37,11 +38,13 @@ pub(crate) struct PendingProbe<'a> {
     pub ast: &'a ast::Probe,
 }
 
-/// Where each tapset name is defined, so a use can pull in just that file.
+/// Which tapset files may define each name (from the library's declared
+/// names, in search order), so a use parses and pulls in just the file
+/// that really defines it.
 #[derive(Default)]
 struct TapsetIndex {
-    functions: HashMap<String, usize>,
-    globals: HashMap<String, usize>,
+    functions: HashMap<String, Vec<usize>>,
+    globals: HashMap<String, Vec<usize>>,
     /// Alias names with their file; several files may extend one alias.
     aliases: Vec<(String, usize)>,
 }
@@ -49,7 +52,7 @@ struct TapsetIndex {
 pub(crate) struct Elaborator<'a> {
     pub facts: &'a dyn KernelFacts,
     pub diags: Vec<Diagnostic>,
-    tapsets: &'a [ast::File],
+    tapsets: &'a Library<'a>,
     index: TapsetIndex,
     pulled: Vec<bool>,
     pub globals: Vec<GlobalEntry>,
@@ -83,30 +86,26 @@ pub(crate) fn plain_point_name(point: &ast::ProbePoint) -> Option<String> {
 }
 
 impl<'a> Elaborator<'a> {
-    pub fn new(facts: &'a dyn KernelFacts, tapsets: &'a [ast::File]) -> Elaborator<'a> {
+    pub fn new(facts: &'a dyn KernelFacts, tapsets: &'a Library<'a>) -> Elaborator<'a> {
         let mut index = TapsetIndex::default();
-        for (file_index, file) in tapsets.iter().enumerate() {
-            for item in &file.items {
-                match item {
-                    ast::Item::Function(f) => {
-                        index
-                            .functions
-                            .entry(f.name.node.clone())
-                            .or_insert(file_index);
-                    }
-                    ast::Item::Global(g) if !g.private => {
-                        index
-                            .globals
-                            .entry(g.name.node.clone())
-                            .or_insert(file_index);
-                    }
-                    ast::Item::Alias(a) => {
-                        for n in a.names.iter().filter_map(plain_point_name) {
-                            index.aliases.push((n, file_index));
-                        }
-                    }
-                    _ => {}
-                }
+        for file_index in 0..tapsets.len() {
+            let declared = tapsets.declared(file_index);
+            for name in &declared.functions {
+                index
+                    .functions
+                    .entry(name.clone())
+                    .or_default()
+                    .push(file_index);
+            }
+            for name in &declared.globals {
+                index
+                    .globals
+                    .entry(name.clone())
+                    .or_default()
+                    .push(file_index);
+            }
+            for name in &declared.aliases {
+                index.aliases.push((name.clone(), file_index));
             }
         }
         Elaborator {
@@ -268,7 +267,23 @@ impl<'a> Elaborator<'a> {
         }
         self.pulled[file_index] = true;
         let tapsets = self.tapsets;
-        self.add_file(&tapsets[file_index], true);
+        if let Some(file) = tapsets.file(file_index) {
+            self.add_file(file, true);
+        }
+    }
+
+    /// The first tapset file (in search order) that really defines `name`
+    /// as `defines` says, parsing the candidates the declared names give.
+    fn first_definer(
+        &self,
+        candidates: Option<&Vec<usize>>,
+        defines: impl Fn(&ast::Item) -> bool,
+    ) -> Option<usize> {
+        candidates?.iter().copied().find(|&file| {
+            self.tapsets
+                .file(file)
+                .is_some_and(|f| f.items.iter().any(&defines))
+        })
     }
 
     /// Private definitions are visible only inside their own file.
@@ -279,7 +294,10 @@ impl<'a> Elaborator<'a> {
     /// A global by name, pulling in the tapset that defines it if needed.
     pub fn lookup_global(&mut self, name: &str, from: Span) -> Option<GlobalId> {
         if !self.global_names.contains_key(name)
-            && let Some(&file) = self.index.globals.get(name)
+            && let Some(file) = self.first_definer(
+                self.index.globals.get(name),
+                |item| matches!(item, ast::Item::Global(g) if !g.private && g.name.node == name),
+            )
         {
             self.pull(file);
         }
@@ -293,7 +311,10 @@ impl<'a> Elaborator<'a> {
     /// A user or tapset function by name (builtins are looked up separately).
     pub fn lookup_function(&mut self, name: &str, from: Span) -> Option<hir::FunctionId> {
         if !self.function_names.contains_key(name)
-            && let Some(&file) = self.index.functions.get(name)
+            && let Some(file) = self.first_definer(
+                self.index.functions.get(name),
+                |item| matches!(item, ast::Item::Function(f) if f.name.node == name),
+            )
         {
             self.pull(file);
         }
@@ -306,22 +327,36 @@ impl<'a> Elaborator<'a> {
 
     /// Pulls in every tapset file defining an alias that `matches` accepts.
     pub fn pull_aliases(&mut self, matches: impl Fn(&str) -> bool) {
-        let files: Vec<usize> = self
+        let mut files: Vec<usize> = self
             .index
             .aliases
             .iter()
             .filter(|(name, _)| matches(name))
             .map(|(_, f)| *f)
             .collect();
+        files.dedup();
         for f in files {
-            self.pull(f);
+            let defines = self
+                .tapsets
+                .file(f)
+                .is_some_and(|file| alias_names(file).any(|name| matches(&name)));
+            if defines {
+                self.pull(f);
+            }
         }
+    }
+
+    /// Every tapset file, parsed (for "did you mean", an error path: it
+    /// parses the whole library).
+    fn all_tapset_files(&self) -> impl Iterator<Item = &'a ast::File> {
+        let tapsets = self.tapsets;
+        (0..tapsets.len()).filter_map(move |i| tapsets.file(i))
     }
 
     /// Every alias name known (user and tapset), for "did you mean".
     pub fn all_alias_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.aliases.iter().map(|a| a.name.clone()).collect();
-        names.extend(self.index.aliases.iter().map(|(n, _)| n.clone()));
+        names.extend(self.all_tapset_files().flat_map(alias_names));
         names.sort();
         names.dedup();
         names
@@ -330,7 +365,12 @@ impl<'a> Elaborator<'a> {
     /// Every global and function name, for "did you mean".
     pub fn global_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.globals.iter().map(|g| g.hir.name.clone()).collect();
-        names.extend(self.index.globals.keys().cloned());
+        names.extend(self.all_tapset_files().flat_map(|f| {
+            f.items.iter().filter_map(|item| match item {
+                ast::Item::Global(g) if !g.private => Some(g.name.node.clone()),
+                _ => None,
+            })
+        }));
         names.sort();
         names.dedup();
         names
@@ -338,9 +378,22 @@ impl<'a> Elaborator<'a> {
 
     pub fn function_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.function_names.keys().cloned().collect();
-        names.extend(self.index.functions.keys().cloned());
+        names.extend(self.all_tapset_files().flat_map(|f| {
+            f.items.iter().filter_map(|item| match item {
+                ast::Item::Function(f) => Some(f.name.node.clone()),
+                _ => None,
+            })
+        }));
         names.sort();
         names.dedup();
         names
     }
+}
+
+/// The plain alias names a parsed file defines.
+fn alias_names(file: &ast::File) -> impl Iterator<Item = String> + '_ {
+    file.items.iter().flat_map(|item| match item {
+        ast::Item::Alias(a) => a.names.iter().filter_map(plain_point_name).collect(),
+        _ => Vec::new(),
+    })
 }
