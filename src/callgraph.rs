@@ -12,6 +12,7 @@ mod trace;
 
 use crate::cli::Args;
 use crate::frontend::{Failed, fail};
+use crate::out::outln;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -49,7 +50,7 @@ pub fn run(args: &Args, pattern: &str) -> Result<(), Failed> {
     inner.script_text = Some(script.clone());
     if args.pass.is_some() || args.dump.is_some() {
         // Show what would run, then the pass the user asked for.
-        println!("# the script stap-rs --callgraph runs:\n{script}");
+        outln!("# the script stap-rs --callgraph runs:\n{script}");
         inner.output = None;
         return crate::driver::run(&inner);
     }

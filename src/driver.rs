@@ -4,6 +4,7 @@
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{Failed, Frontend, fail};
 use crate::listing;
+use crate::out::out;
 use stap_lang::kernel::KernelFacts;
 use stap_lang::source::{FileId, SourceMap};
 use stap_lang::{ast_print, sema};
@@ -56,7 +57,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         );
     }
     if only_parse {
-        print!("{}", ast_print::print_file(&user));
+        out!("{}", ast_print::print_file(&user));
         return Ok(());
     }
 
@@ -73,7 +74,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         );
     }
     if args.pass == Some(2) || args.dump == Some(DumpStage::Types) {
-        print!("{}", sema::print::print_program(&program, &map));
+        out!("{}", sema::print::print_program(&program, &map));
         return Ok(());
     }
 

@@ -4,6 +4,7 @@
 
 use crate::cli::Args;
 use crate::frontend::{Failed, Frontend};
+use crate::out::outln;
 use stap_lang::kernel::KernelFacts;
 use stap_lang::sema::hir::Probe;
 use stap_lang::source::SourceMap;
@@ -29,7 +30,7 @@ pub fn run(
     lines.sort();
     lines.dedup();
     for line in lines {
-        println!("{line}");
+        outln!("{line}");
     }
     Ok(())
 }

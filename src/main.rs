@@ -5,6 +5,7 @@ mod cli;
 mod driver;
 mod frontend;
 mod listing;
+mod out;
 mod privilege;
 mod repl;
 mod run;

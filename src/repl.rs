@@ -20,6 +20,7 @@ mod input;
 
 use crate::cli::Args;
 use crate::frontend::{self, Failed, Frontend, Tapsets, elab_options, fail};
+use crate::out::{out, outln};
 use stap_lang::diag;
 use stap_lang::ir::{self, GlobalId, ProbeKind, Storage};
 use stap_lang::kernel::KernelFacts;
@@ -228,7 +229,7 @@ fn handle(
         state.saved = save_globals(running.runtime, &|_| true);
     }
     match name {
-        "help" | "h" => print!("{HELP}"),
+        "help" | "h" => out!("{HELP}"),
         "quit" | "q" => return Some(Next::Quit),
         "probes" => list_probes(kernel.as_deref(), running.as_ref().map(|r| r.module)),
         "detach" | "attach" => {
@@ -249,7 +250,7 @@ fn handle(
                 Ok(()) => {
                     let point = kernel.probes.iter().find(|p| p.id == id);
                     let point = point.map_or("", |p| p.point.as_str());
-                    println!("{name}ed probe {id}: {point}");
+                    outln!("{name}ed probe {id}: {point}");
                 }
                 Err(e) => eprintln!("ERROR: {e}"),
             }
@@ -299,7 +300,7 @@ fn handle(
             }
         }
         "save" if !arg.is_empty() => match std::fs::write(arg, &state.script) {
-            Ok(()) => println!("saved {} bytes to {arg}", state.script.len()),
+            Ok(()) => outln!("saved {} bytes to {arg}", state.script.len()),
             Err(e) => eprintln!("ERROR: cannot write '{arg}': {e}"),
         },
         "load" if !arg.is_empty() => match std::fs::read_to_string(arg) {
@@ -314,7 +315,7 @@ fn handle(
 /// `:probes`: kernel probes with id, hits and state, then host probes.
 fn list_probes(kernel: Option<&KernelState>, module: Option<&ir::Module>) {
     let counting = kernel.is_some_and(KernelState::counting);
-    println!("{:>4}  {:>10}  {:<8}  probe", "id", "hits", "state");
+    outln!("{:>4}  {:>10}  {:<8}  probe", "id", "hits", "state");
     for probe in kernel.map_or(&[][..], |k| k.probes.as_slice()) {
         let hits = probe
             .hits(counting)
@@ -324,9 +325,10 @@ fn list_probes(kernel: Option<&KernelState>, module: Option<&ir::Module>) {
         } else {
             "detached"
         };
-        println!(
+        outln!(
             "{:>4}  {hits:>10}  {attached:<8}  {}",
-            probe.id, probe.point
+            probe.id,
+            probe.point
         );
     }
     // Host probes of the session's script (not the one-off statements).
@@ -335,7 +337,7 @@ fn list_probes(kernel: Option<&KernelState>, module: Option<&ir::Module>) {
             probe.kind,
             ProbeKind::HostTimer { .. } | ProbeKind::End { .. }
         ) {
-            println!("{:>4}  {:>10}  {:<8}  {}", "-", "-", "host", probe.point);
+            outln!("{:>4}  {:>10}  {:<8}  {}", "-", "-", "host", probe.point);
         }
     }
 }
@@ -426,12 +428,12 @@ fn restore_globals(
 /// stap's end-of-run global listing: `name=value`, `name[key]=value`.
 fn print_saved(name: &str, saved: &Saved) {
     match saved {
-        Saved::Scalar(v) => println!("{name}={}", show(v)),
+        Saved::Scalar(v) => outln!("{name}={}", show(v)),
         Saved::Array(elements) => {
             let mut lines: Vec<(&Key, &Value)> = elements.iter().map(|(k, v)| (k, v)).collect();
             lines.sort_by(|a, b| a.0.as_slice().cmp(b.0.as_slice()));
             for (key, value) in lines {
-                println!("{name}[{}]={}", show_key(key), show(value));
+                outln!("{name}[{}]={}", show_key(key), show(value));
             }
         }
     }
@@ -482,7 +484,7 @@ fn print_live(runtime: &HostRuntime, id: GlobalId) {
 
 fn print_stat(shown: &str, aggregate: &Aggregate, min_max: bool) {
     if aggregate.count == 0 {
-        println!("{shown} @count=0");
+        outln!("{shown} @count=0");
         return;
     }
     // @min/@max are kept only when the script asks for them.
@@ -491,17 +493,17 @@ fn print_stat(shown: &str, aggregate: &Aggregate, min_max: bool) {
     } else {
         String::new()
     };
-    println!(
+    outln!(
         "{shown} @count={}{extremes} @sum={} @avg={}",
         aggregate.count,
         aggregate.sum,
         aggregate.sum / aggregate.count
     );
     if let Some(buckets) = &aggregate.hist_log {
-        print!("{}", hist::print_log(buckets));
+        out!("{}", hist::print_log(buckets));
     }
     if let Some((layout, slots)) = &aggregate.hist_linear {
-        print!("{}", hist::print_linear(layout, slots));
+        out!("{}", hist::print_linear(layout, slots));
     }
 }
 

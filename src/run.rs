@@ -5,6 +5,7 @@
 
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{self, Failed, emit, fail};
+use crate::out::out;
 use stap_lang::diag::Diagnostic;
 use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::source::SourceMap;
@@ -32,7 +33,7 @@ pub fn run(
             );
         }
         if args.pass == Some(3) || args.dump == Some(DumpStage::Ir) {
-            print!("{}", ir::print::print_module(module, map));
+            out!("{}", ir::print::print_module(module, map));
             return Next::Stop;
         }
         compiling = Instant::now();
@@ -44,12 +45,12 @@ pub fn run(
         return Ok(());
     };
     if args.dump == Some(DumpStage::Bpf) {
-        print!("{}", bpf::listing(&object, map));
+        out!("{}", bpf::listing(&object, map));
         return Ok(());
     }
     if args.dump == Some(DumpStage::Clif) {
         let listing = jit::clif_listing(&module).map_err(fail)?;
-        print!("{listing}");
+        out!("{listing}");
         return Ok(());
     }
     let host = HostProgram::compile(&module).map_err(fail)?;
@@ -108,13 +109,15 @@ pub fn run(
         Err(error) => return Err(fail(error)),
     };
     if verbose {
-        eprintln!(
+        // Through the session's stderr rule: a stderr nobody reads must
+        // not hold the process after a stop.
+        stap_runtime::stop::stderr_line(&format!(
             "Pass 5: run completed in {}real ms.",
             running.elapsed().as_millis()
-        );
+        ));
     }
     if outcome.failed {
-        eprintln!("Pass 5: run failed.  [man error::pass5]");
+        stap_runtime::stop::stderr_line("Pass 5: run failed.  [man error::pass5]");
         return Err(Failed);
     }
     Ok(())

@@ -761,3 +761,109 @@ fn syscalls_of_other_architectures_match_nothing_and_unknown_ones_fail() {
         stderr(&out)
     );
 }
+
+/// `stap-rs ARGS | head -1`: reads one line, closes the pipe, and returns
+/// how stap-rs ended.
+fn closing_stdout_after_one_line(args: &[&str], stdin: &str) -> Output {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running stap-rs");
+    // From a thread: a listing reads no stdin, so a large input would
+    // block this thread (and the error says it went away unread).
+    let mut input = child.stdin.take().expect("piped stdin");
+    let stdin = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(stdin.as_bytes());
+    });
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("reading a line");
+    assert!(!first.is_empty(), "no output at all");
+    drop(out);
+    let done = child.wait_with_output().expect("waiting for stap-rs");
+    writer.join().expect("the stdin writer");
+    done
+}
+
+#[test]
+fn a_closed_stdout_ends_listings_and_dumps_quietly() {
+    // Far more than a pipe holds, so the write after the close fails.
+    let script: String = (0..3000)
+        .map(|i| format!("probe begin {{ x{i} = {i}; println(x{i}) }}\n"))
+        .collect();
+    for args in [
+        &["-p1", "-"][..],
+        &["-p2", "-"],
+        &["-p3", "-"],
+        &["--dump", "types", "-"],
+        // Hundreds of KB with this machine's tracepoints.
+        &["-L", "kernel.trace(\"*\")"],
+    ] {
+        let out = closing_stdout_after_one_line(args, &script);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_repl_quietly() {
+    let commands = ":help\n".repeat(2000);
+    let out = closing_stdout_after_one_line(&["-i"], &commands);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_define_that_sets_nothing_is_a_warning() {
+    for (define, expected) in [
+        (
+            "MAXNESTING=20",
+            "-D MAXNESTING=20 has no effect: calls nest at most 10 deep",
+        ),
+        ("STP_NO_OVERLOAD", "-D STP_NO_OVERLOAD has no effect"),
+    ] {
+        let out = stap(&["-p2", "-D", define, "-e", "probe begin { exit() }"]);
+        assert_ok(&out);
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn a_string_loop_in_one_hit_stops_at_the_string_space_limit() {
+    // The red team's loop reached 5.3 GB: each `.` makes a new string, and
+    // strings live until the hit ends.
+    let out = stap(&[
+        "-D",
+        "MAXACTION=100000000",
+        "-e",
+        "probe begin { s = \"x\"; for (i = 0; i < 30000000; i++) s = s . s; println(strlen(s)); exit() }",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("ERROR: out of string space: one probe hit created more than 256 MiB"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_megabyte_literal_is_cut_at_maxstringlen_on_the_host() {
+    let script = format!(
+        "probe begin {{ println(strlen(\"{}\")); exit() }}",
+        "a".repeat(1 << 20)
+    );
+    // A file: one argument may not exceed 128 KiB.
+    let path = std::env::temp_dir().join(format!("stap-rs-literal-{}.stp", std::process::id()));
+    std::fs::write(&path, script).unwrap();
+    let out = stap(&[path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "511\n");
+}

@@ -289,22 +289,22 @@ pub fn run_with_hooks(
 fn report_function_sets(attached: &attach::Attached, verbose: bool) {
     for set in &attached.function_sets {
         if verbose {
-            eprintln!(
+            crate::stop::stderr_line(&format!(
                 "{}: {} functions attached ({}), {} skipped",
                 set.probe,
                 set.attached,
                 set.mechanism,
                 set.skipped.len()
-            );
+            ));
             for (function, reason) in &set.skipped {
-                eprintln!("  skipped {function}: {reason}");
+                crate::stop::stderr_line(&format!("  skipped {function}: {reason}"));
             }
         } else if !set.skipped.is_empty() {
-            eprintln!(
+            crate::stop::stderr_line(&format!(
                 "WARNING: {}: {} functions could not be probed (-v names them)",
                 set.probe,
                 set.skipped.len()
-            );
+            ));
         }
     }
 }
@@ -694,11 +694,19 @@ impl Session<'_> {
 
     /// Output that cannot be written is lost data: the run ends, and fails.
     fn output_error(&mut self, error: &io::Error) {
+        // The reader of stdout has gone (`stap-rs ... | head`): it wants no
+        // more output, so the run ends as a stop signal would end it,
+        // quietly and successfully, as a C program killed by SIGPIPE does.
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            self.output_failed = true;
+            self.ending = true;
+            return;
+        }
         if !self.output_failed {
             if error.kind() == io::ErrorKind::WouldBlock {
-                eprintln!("WARNING: output dropped from here on: {error}");
+                crate::stop::stderr_line(&format!("WARNING: output dropped from here on: {error}"));
             } else {
-                eprintln!("ERROR: cannot write output: {error}");
+                crate::stop::stderr_line(&format!("ERROR: cannot write output: {error}"));
             }
         }
         self.output_failed = true;
@@ -803,7 +811,7 @@ impl Session<'_> {
                     // As staprun: a failed command is a warning, and fails
                     // the run once it ended.
                     if let Some(failure) = command.failure() {
-                        eprintln!("WARNING: {failure}");
+                        crate::stop::stderr_line(&format!("WARNING: {failure}"));
                         self.run_failed = true;
                     }
                 }
@@ -921,7 +929,7 @@ impl Session<'_> {
         let agg = match self.runtime.globals.stat(GlobalId(id as u32), &key) {
             Ok(agg) => agg,
             Err(e) => {
-                eprintln!("WARNING: cannot print a kernel histogram: {e}");
+                crate::stop::stderr_line(&format!("WARNING: cannot print a kernel histogram: {e}"));
                 return;
             }
         };
@@ -929,7 +937,7 @@ impl Session<'_> {
             (false, Some(buckets), _) => hist::print_log(buckets),
             (true, _, Some((h, slots))) => hist::print_linear(h, slots),
             _ => {
-                eprintln!("WARNING: a kernel histogram printed without its buckets");
+                crate::stop::stderr_line("WARNING: a kernel histogram printed without its buckets");
                 return;
             }
         };
@@ -1000,7 +1008,10 @@ impl Session<'_> {
             .as_deref()
             .unwrap_or_default();
         if let Err(e) = printf::format(pieces, &values, &mut text) {
-            eprintln!("WARNING: cannot format a kernel printf: {}", e.message);
+            crate::stop::stderr_line(&format!(
+                "WARNING: cannot format a kernel printf: {}",
+                e.message
+            ));
             return;
         }
         if let Err(e) = self.runtime.output.write(&text) {

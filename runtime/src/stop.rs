@@ -23,9 +23,11 @@ static STOPPING: AtomicBool = AtomicBool::new(false);
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 /// Output bytes dropped because the output stayed blocked after a stop.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-/// Set once a write gave up: later writes drop at once instead of each
-/// waiting [`BLOCKED_GRACE`] again.
+/// Set once a write to the output gave up: later writes drop at once
+/// instead of each waiting [`BLOCKED_GRACE`] again.
 static ABANDONED: AtomicBool = AtomicBool::new(false);
+/// The same for stderr, which a reader may leave blocked on its own.
+static ABANDONED_STDERR: AtomicBool = AtomicBool::new(false);
 
 /// How long a write may stay blocked once a stop was asked for.
 pub const BLOCKED_GRACE: Duration = Duration::from_secs(1);
@@ -37,6 +39,7 @@ pub fn reset() {
     SIGNALS.store(0, Ordering::SeqCst);
     DROPPED.store(0, Ordering::SeqCst);
     ABANDONED.store(false, Ordering::SeqCst);
+    ABANDONED_STDERR.store(false, Ordering::SeqCst);
 }
 
 /// A stop signal arrived; returns how many have so far.
@@ -85,15 +88,45 @@ pub fn dropped() -> u64 {
 /// [`BLOCKED_GRACE`]: then the rest is dropped, counted, and the error is
 /// `WouldBlock`. Writes go in pipe-buffer-sized pieces after poll(2) says
 /// the fd is writable, so a single write(2) never blocks for long.
-pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
+pub fn write_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
+    write_giving_up(fd, bytes, &ABANDONED, Some(&DROPPED))
+}
+
+/// A warning or error line of the run on stderr, by the same rules as
+/// [`write_all`]: a stderr nobody reads must not hold the session past a
+/// stop either. Its failures go nowhere (there is nowhere to report them),
+/// and its dropped bytes are not output: they are not counted.
+pub fn write_stderr(bytes: &[u8]) {
+    let _ = write_giving_up(libc::STDERR_FILENO, bytes, &ABANDONED_STDERR, None);
+}
+
+/// One line on stderr through [`write_stderr`].
+pub fn stderr_line(line: &str) {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
+    write_stderr(&bytes);
+}
+
+fn write_giving_up(
+    fd: RawFd,
+    mut bytes: &[u8],
+    abandoned: &AtomicBool,
+    dropped: Option<&AtomicU64>,
+) -> io::Result<()> {
+    let count_dropped = |n: usize| {
+        if let Some(dropped) = dropped {
+            dropped.fetch_add(n as u64, Ordering::SeqCst);
+        }
+    };
     let blocked = || {
         io::Error::new(
             io::ErrorKind::WouldBlock,
             "the output was not being read after the stop",
         )
     };
-    if ABANDONED.load(Ordering::SeqCst) {
-        DROPPED.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+    if abandoned.load(Ordering::SeqCst) {
+        count_dropped(bytes.len());
         return Err(blocked());
     }
     // A regular file never blocks for long: one write(2) for everything.
@@ -122,8 +155,8 @@ pub fn write_all(fd: RawFd, mut bytes: &[u8]) -> io::Result<()> {
             if stopping() {
                 let since = *stalled_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= BLOCKED_GRACE {
-                    ABANDONED.store(true, Ordering::SeqCst);
-                    DROPPED.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+                    abandoned.store(true, Ordering::SeqCst);
+                    count_dropped(bytes.len());
                     return Err(blocked());
                 }
             }

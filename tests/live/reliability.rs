@@ -1,8 +1,9 @@
 //! Live tests of issue 19 (reliability): stop signals and `-T` obeyed while
 //! host code loops or stdout is blocked, a second SIGINT absorbed during
 //! end probes, MAXSTRINGLEN equal on both sides, one ERROR line per fault
-//! at MAXERRORS=0, `-c` failures and the `-c` child's fate, and write
-//! errors failing the run.
+//! at MAXERRORS=0, `-c` failures and the fate of the `-c` child and of
+//! what it started, write errors failing the run, and a closed stdout
+//! ending it quietly.
 
 use super::*;
 
@@ -154,6 +155,65 @@ fn sigterm_ends_a_run_whose_stdout_nobody_reads() {
     // Output was lost: the run says so and fails.
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.contains("bytes of output dropped"), "{err}");
+}
+
+#[test]
+fn sigterm_ends_a_run_whose_stderr_nobody_reads() {
+    let _one = serial();
+    // Warnings go to stderr: they fill its pipe within milliseconds, and
+    // the session blocks writing the next one.
+    let script = "probe timer.ms(1) { for (i = 0; i < 100; i++) warn(\"0123456789012345678901234567890123456789\") } probe end { println(\"end ran\") }";
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-e", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting stap-rs");
+    let mut out = child.stdout.take().expect("piped stdout");
+    let stdout = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    // Held, never read: the pipe stays full.
+    let _stderr = child.stderr.take();
+    thread::sleep(Duration::from_millis(3000));
+    signal(&child, "-TERM");
+    let (status, took) = exits_within(&mut child, Duration::from_secs(20));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The end probe ran and its output (on stdout, which is read) is whole.
+    assert_eq!(stdout.join().unwrap(), "end ran\n");
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_reader_that_closes_stdout_ends_the_run_quietly() {
+    let _one = serial();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-e", "probe timer.ms(1) { println(\"line\") }"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting stap-rs");
+    let mut err = child.stderr.take().expect("piped stderr");
+    let stderr = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        text
+    });
+    // `| head -1`: one line, then the read end closes.
+    let mut out = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("a line");
+    assert_eq!(first, "line\n");
+    drop(out);
+    let (status, _) = exits_within(&mut child, Duration::from_secs(20));
+    let err = stderr.join().unwrap();
+    assert!(status.success(), "{status}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("ERROR"), "{err}");
 }
 
 #[test]
@@ -344,6 +404,53 @@ fn the_command_does_not_outlive_stap_rs_however_it_ends() {
         }
         assert!(!alive(pid), "{how}: the command {pid} survived stap-rs");
     }
+}
+
+#[test]
+fn what_the_command_started_does_not_outlive_stap_rs() {
+    let _one = serial();
+    // `sh -c "sleep & wait"`: the sleep is the command's child, which
+    // stap-rs never forked itself.
+    let dir = std::env::temp_dir().join(format!("stap-rs-grandchild-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for how in ["-T", "-INT", "-TERM", "-KILL"] {
+        let file = dir.join(how.trim_start_matches('-'));
+        let command = format!("sleep 1000 & echo $! > {}; wait", file.display());
+        let mut args = vec!["-c", &command, "-e", "probe begin { println(\"begun\") }"];
+        if how == "-T" {
+            args.extend(["-T", "2"]);
+        }
+        let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting stap-rs");
+        let deadline = Instant::now() + START_TIMEOUT;
+        let pid = loop {
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            if let Ok(pid) = text.trim().parse::<i32>() {
+                break pid;
+            }
+            assert!(Instant::now() < deadline, "{how}: the command never ran");
+            thread::sleep(Duration::from_millis(50));
+        };
+        assert!(alive(pid), "{how}: the grandchild runs");
+        if how != "-T" {
+            signal(&child, how);
+        }
+        exits_within(&mut child, Duration::from_secs(20));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while alive(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !alive(pid),
+            "{how}: the command's child {pid} survived stap-rs"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -299,7 +299,21 @@ fn limits(defines: &[(String, String)], diags: &mut Vec<Diagnostic>) -> Limits {
             "MAXMAPENTRIES" => &mut limits.max_map_entries,
             "MAXACTION" => &mut limits.max_action,
             "MAXERRORS" => &mut limits.max_errors,
-            _ => continue,
+            // stap's -D also reaches its C compiler; here nothing else
+            // reads these, and a limit set in vain must not pass silently.
+            "MAXNESTING" => {
+                diags.push(Diagnostic::warning(format!(
+                    "-D MAXNESTING={value} has no effect: calls nest at most {} deep in stap-rs",
+                    crate::bpf::inline::MAX_DEPTH
+                )));
+                continue;
+            }
+            _ => {
+                diags.push(Diagnostic::warning(format!(
+                    "-D {name} has no effect: stap-rs reads only MAXSTRINGLEN, MAXMAPENTRIES, MAXACTION and MAXERRORS"
+                )));
+                continue;
+            }
         };
         match value.parse::<u64>() {
             Ok(n) => *slot = n,

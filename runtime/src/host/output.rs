@@ -127,7 +127,7 @@ impl Output {
                     Level::Warning => "WARNING",
                     Level::Error => "ERROR",
                 };
-                eprintln!("{prefix}: {message}");
+                crate::stop::stderr_line(&format!("{prefix}: {message}"));
             }
             Format::Json => {
                 let mut fields = vec![

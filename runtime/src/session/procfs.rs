@@ -77,10 +77,10 @@ pub(super) fn start(
     })
     .map_err(|e| SessionError::Setup(format!("cannot serve --http {}: {e}", settings.addr)))?;
     if settings.announce {
-        eprintln!(
+        crate::stop::stderr_line(&format!(
             "Pass 5: serving procfs probes at http://{}/",
             server.local_addr()
-        );
+        ));
     }
     Ok(Some(server))
 }
