@@ -6,9 +6,8 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use stap_lang::testing::FakeKernel;
 
 fuzz_target!(|data: &[u8]| {
-    let kernel = FakeKernel::new();
-    let _ = common::elaborate(&kernel, data);
+    let kernel = common::kernel();
+    let _ = common::elaborate(kernel, data);
 });

@@ -8,12 +8,11 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use stap_lang::testing::FakeKernel;
 use stap_lang::{bpf, ir};
 
 fuzz_target!(|data: &[u8]| {
-    let kernel = FakeKernel::new();
-    let Some(program) = common::elaborate(&kernel, data) else {
+    let kernel = common::kernel();
+    let Some(program) = common::elaborate(kernel, data) else {
         return;
     };
     let Ok(module) = ir::lower::lower(&program) else {
@@ -23,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
         panic!("lowering gave malformed IR:\n{}", problems.join("\n"));
     }
     let options = bpf::Options {
-        kernel: bpf::facts::EmitFacts::for_module(&module, &kernel),
+        kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
         ..bpf::Options::from_limits(&module.limits)
     };
     let Ok(object) = bpf::compile(&module, &options) else {

@@ -10,7 +10,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let kernel = FakeKernel::new();
+    // Built once per process: its tables are not what is under test.
+    thread_local! {
+        static KERNEL: &'static FakeKernel = Box::leak(Box::new(FakeKernel::new()));
+    }
+    let kernel = KERNEL.with(|kernel| *kernel);
     let mut map = SourceMap::new();
     let file = map.add("fuzz.stp", text);
     let config = |name: &str| kernel.config(name);
@@ -25,5 +29,5 @@ fuzz_target!(|data: &[u8]| {
     if parsed.diags.iter().any(|d| d.is_error()) {
         return;
     }
-    let _ = sema::elaborate(&[parsed.file], &[], &kernel, &sema::ElabOptions::default());
+    let _ = sema::elaborate(&[parsed.file], &[], kernel, &sema::ElabOptions::default());
 });

@@ -8,11 +8,10 @@ mod common;
 
 use libfuzzer_sys::fuzz_target;
 use stap_lang::ir;
-use stap_lang::testing::FakeKernel;
 
 fuzz_target!(|data: &[u8]| {
-    let kernel = FakeKernel::new();
-    let Some(program) = common::elaborate(&kernel, data) else {
+    let kernel = common::kernel();
+    let Some(program) = common::elaborate(kernel, data) else {
         return;
     };
     let Ok(module) = ir::lower::lower(&program) else {
