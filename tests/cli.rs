@@ -867,3 +867,29 @@ fn a_megabyte_literal_is_cut_at_maxstringlen_on_the_host() {
     assert_ok(&out);
     assert_eq!(stdout(&out), "511\n");
 }
+
+#[test]
+fn array_slices_delete_and_walk_the_matching_elements() {
+    let out = stap(&[
+        "-e",
+        r#"global a, b
+           probe begin {
+             a[1, "x"] = 1; a[1, "y"] = 2; a[2, "x"] = 3; a[2, "y"] = 4; a[3, "x"] = 5
+             delete a[1, *]
+             delete a[*, "y"]
+             foreach ([k, s] in a+) printf("a %d %s %d\n", k, s, a[k, s])
+             for (i = 1; i <= 4; i++) for (j = 1; j <= 3; j++) b[i, j] = i * 10 + j
+             two = 2
+             foreach ([i, j+] in b[two, *] limit 2) printf("b %d %d %d\n", i, j, b[i, j])
+             foreach ([i-, j] in b[*, 3]) printf("c %d %d\n", i, j)
+             delete b[*, *]
+             printf("left %d\n", [4, 3] in b)
+             exit()
+           }"#,
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "a 2 x 3\na 3 x 5\nb 2 1 21\nb 2 2 22\nc 4 3\nc 3 3\nc 2 3\nc 1 3\nleft 0\n"
+    );
+}

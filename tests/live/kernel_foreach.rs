@@ -82,6 +82,61 @@ fn kernel_foreach_sums_keys_and_values_with_limit_and_break() {
     );
 }
 
+/// Array slices in a kernel probe: `foreach` over `a[f, *]` (with and
+/// without `limit`) and `delete a[f, *]`, each a walk of the whole map.
+#[test]
+fn kernel_array_slices_walk_and_delete_the_matching_elements() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global a, filler, total, visits
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKSlFill") {{
+               filler = pid()
+               a[pid(), 1] = 1; a[pid(), 2] = 2; a[pid() + 1, 1] = 40
+             }}
+           }}
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKSlWalk") {{
+               f = filler
+               foreach ([p, n] in a[f, *]) total += a[p, n]
+               foreach ([p, n] in a[f, *] limit 1) visits++
+             }}
+           }}
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKSlDel") {{
+               delete a[filler, *]
+               left = 0
+               foreach ([p, n] in a) left += a[p, n]
+               printf("total %d visits %d left %d\n", total, visits, left)
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    for name in ["stapKSlFill", "stapKSlWalk"] {
+        let status = Command::new(&trigger)
+            .args([name, "udp", "127.0.0.1", &port])
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger failed: {status}");
+    }
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKSlDel", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "total 3 visits 1 left 40\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
 #[test]
 fn kernel_foreach_sorted_is_a_compile_error_naming_the_host_probe_move() {
     let done = Session::start(&[

@@ -7,6 +7,7 @@ use super::hir::{
     self, Expr, ExprKind, FunctionId, GlobalId, Local, LocalId, Stmt, StmtKind, Type,
 };
 use super::points::{ProbeContext, ResolvedPoint};
+use super::slices;
 use super::symbols::Elaborator;
 use crate::ast;
 use crate::diag::Diagnostic;
@@ -27,6 +28,8 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     /// body reads (a tracepoint probe reads one kind or the other).
     pub(crate) raw_arg_use: Option<(String, Span)>,
     pub(crate) classic_field_use: Option<(String, Span)>,
+    /// Array slices rewritten so far (`slices.rs`), naming their locals.
+    slices: u32,
 }
 
 fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
@@ -281,6 +284,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             in_function: false,
             raw_arg_use: None,
             classic_field_use: None,
+            slices: 0,
         }
     }
 
@@ -486,6 +490,14 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 step: step.as_ref().map(|e| self.expr(e)),
                 body: self.boxed(body),
             },
+            A::Foreach(f) if f.slice.is_some() => return self.foreach_slice(f, s.span),
+            A::Delete(ast::Expr {
+                kind: ast::ExprKind::Index { array, keys },
+                ..
+            }) if slices::is_slice(keys) => {
+                self.slices += 1;
+                return self.stmt(&slices::delete(array, keys, s.span, self.slices));
+            }
             A::Foreach(f) => match self.foreach(f) {
                 Some(f) => StmtKind::Foreach(Box::new(f)),
                 None => StmtKind::Empty,
@@ -529,12 +541,29 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
         Stmt { kind, span: s.span }
     }
 
-    fn foreach(&mut self, f: &ast::Foreach) -> Option<hir::Foreach> {
-        if let Some(slice) = &f.slice {
-            let span = slice.first().map_or(f.array.span, |k| k.span);
-            self.error(Diagnostic::unsupported("foreach over an array slice", span));
-            return None;
+    /// `foreach (... in a[k, *])`: rewritten over the whole array.
+    fn foreach_slice(&mut self, f: &ast::Foreach, span: Span) -> Stmt {
+        let slice = f.slice.as_deref().unwrap_or_default();
+        if slice.len() != f.keys.len() {
+            let at = slice.first().map_or(f.array.span, |k| k.span);
+            self.error(
+                Diagnostic::error(format!(
+                    "the slice has {} keys but the loop binds {}",
+                    slice.len(),
+                    f.keys.len()
+                ))
+                .at(at, "one key or `*` per key variable"),
+            );
+            return Stmt {
+                kind: StmtKind::Empty,
+                span,
+            };
         }
+        self.slices += 1;
+        self.stmt(&slices::foreach(f, slice, span, self.slices))
+    }
+
+    fn foreach(&mut self, f: &ast::Foreach) -> Option<hir::Foreach> {
         let global = self.array(&f.array, f.keys.len())?;
         let value = f.value.as_ref().map(|v| self.binding(v));
         let keys = f.keys.iter().map(|(k, _)| self.binding(k)).collect();
@@ -649,7 +678,10 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 return invalid(span);
             }
             A::Wildcard => {
-                self.error(Diagnostic::unsupported("array slices (`*` as a key)", span));
+                self.error(Diagnostic::unsupported(
+                    "array slices (`*` as a key) outside `delete` and `foreach`",
+                    span,
+                ));
                 return invalid(span);
             }
             A::AtOperator { name, .. } => {

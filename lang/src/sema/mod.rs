@@ -21,6 +21,7 @@ mod placement;
 mod points;
 pub mod print;
 mod prune;
+mod slices;
 mod symbols;
 mod walk;
 
