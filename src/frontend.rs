@@ -244,6 +244,7 @@ pub fn compile_options(args: &Args) -> pipeline::Options {
             TracepointMechanism::TpBtf => bpf::TracepointMechanism::TpBtf,
         },
         test_out_of_bounds: args.test_verifier_reject,
+        histogram_extremes: args.format == crate::cli::OutputFormat::Json,
     }
 }
 

@@ -19,6 +19,9 @@ pub struct Options {
     /// `--test-verifier-reject` (tests only: see
     /// [`bpf::Options::test_out_of_bounds`]).
     pub test_out_of_bounds: bool,
+    /// `--format json`: a printed histogram carries its statistic's min
+    /// and max, so every statistic printed as a histogram keeps them.
+    pub histogram_extremes: bool,
 }
 
 /// Whether [`compile`] goes on after lowering (`-p3` and `--dump=ir` stop).
@@ -59,7 +62,10 @@ pub fn compile(
     options: &Options,
     lowered: &mut dyn FnMut(&ir::Module) -> Next,
 ) -> Result<Option<Compiled>, Error> {
-    let module = ir::lower::lower(program).map_err(Error::Diagnostics)?;
+    let mut module = ir::lower::lower(program).map_err(Error::Diagnostics)?;
+    if options.histogram_extremes {
+        keep_histogram_extremes(&mut module);
+    }
     ir::verify::verify(&module).map_err(Error::MalformedIr)?;
     if lowered(&module) == Next::Stop {
         return Ok(None);
@@ -81,4 +87,15 @@ pub fn compile(
     };
     let object = bpf::compile_with_source(&module, &emit, source).map_err(Error::Diagnostics)?;
     Ok(Some(Compiled { module, object }))
+}
+
+/// Every statistic with a histogram also keeps its min and max.
+fn keep_histogram_extremes(module: &mut ir::Module) {
+    for global in &mut module.globals {
+        if let ir::Storage::Stats { needs, .. } = &mut global.storage
+            && (needs.hist_log || needs.hist_linear.is_some())
+        {
+            needs.min_max = true;
+        }
+    }
 }

@@ -11,7 +11,7 @@ use std::net::TcpStream;
 
 /// A session started with `--http 127.0.0.1:0`: the port it got, read
 /// from its `-v` line.
-fn http_port(session: &Session) -> u16 {
+pub(super) fn http_port(session: &Session) -> u16 {
     let stderr = session.stderr_so_far();
     let line = stderr
         .lines()
@@ -61,7 +61,7 @@ fn put(port: u16, path: &str, body: &str) -> (u16, String) {
 }
 
 /// Ends a session as Ctrl-C would.
-fn interrupt(session: &Session) {
+pub(super) fn interrupt(session: &Session) {
     let status = Command::new("kill")
         .args(["-INT", &session.pid().to_string()])
         .status()
@@ -164,7 +164,7 @@ fn non_loopback_http_warns() {
 /// Prometheus's own parser (exit 1 on any error), then lints it (exit 3
 /// for style problems such as a metric without `# HELP`, which stap's
 /// examples have: valid, so accepted).
-fn promtool_check(text: &str) {
+pub(super) fn promtool_check(text: &str) {
     let mut child = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -188,7 +188,7 @@ fn promtool_check(text: &str) {
 }
 
 /// Fetches a URL with curl, as an operator checking a host would.
-fn curl(url: &str) -> String {
+pub(super) fn curl(url: &str) -> String {
     let out = Command::new("curl")
         .args(["-sS", "--fail", "--max-time", "15", url])
         .output()
@@ -202,7 +202,7 @@ fn curl(url: &str) -> String {
 }
 
 /// Makes `n` getppid(2) calls from this process.
-fn getppid_calls(n: usize) {
+pub(super) fn getppid_calls(n: usize) {
     for _ in 0..n {
         // SAFETY: getppid has no preconditions.
         unsafe { libc::getppid() };
@@ -263,11 +263,150 @@ fn prometheus_dump_macros_serve_valid_exposition() {
     assert_success(&session.finish());
 }
 
-/// The JSON lines of a run, each parsed.
+/// The JSON lines of a run, each parsed and checked against the schema.
 fn json_lines(text: &str) -> Vec<serde_json::Value> {
-    text.lines()
+    let events: Vec<serde_json::Value> = text
+        .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
-        .collect()
+        .collect();
+    for event in &events {
+        check_schema(event);
+    }
+    assert_eq!(
+        events.last().map(|e| e["type"].clone()),
+        Some("end".into()),
+        "the last line is the end event:\n{text}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| e["type"] == "end").count(),
+        1,
+        "{text}"
+    );
+    events
+}
+
+/// What a field of an event holds, as docs/output.md says.
+#[derive(Clone, Copy)]
+enum Field {
+    Int,
+    Str,
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    Buckets,
+}
+
+/// A field's name and what it holds.
+type Named = (&'static str, Field);
+
+/// Checks `event` against docs/output.md: its `type` is a documented one,
+/// every required field is there with its type, and every other field is
+/// one the schema documents as optional (so the test and the document
+/// stay in step).
+fn check_schema(event: &serde_json::Value) {
+    use Field::*;
+    let object = event
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {event}"));
+    let kind = object.get("type").and_then(|t| t.as_str()).unwrap_or("");
+    // (required, optional) fields of each type.
+    let (required, optional): (Vec<Named>, Vec<Named>) = match kind {
+        "output" => (vec![("data", Str)], vec![]),
+        "histogram" => {
+            let linear = object.get("scale").and_then(|s| s.as_str()) == Some("linear");
+            let mut required = vec![
+                ("scale", OneOf(&["log", "linear"])),
+                ("count", Int),
+                ("sum", Int),
+                ("buckets", Buckets),
+            ];
+            if linear {
+                required.extend([("lo", Int), ("hi", Int), ("width", Int)]);
+            }
+            (required, vec![("min", Int), ("max", Int)])
+        }
+        "warning" => {
+            const KINDS: &[&str] = &[
+                "warn",
+                "errors_and_skipped",
+                "lost_events",
+                "procfs_truncated",
+                "malformed_event",
+                "session",
+            ];
+            let mut required = vec![("kind", OneOf(KINDS)), ("message", Str)];
+            match object.get("kind").and_then(|k| k.as_str()) {
+                Some("errors_and_skipped") => required.extend([("errors", Int), ("skipped", Int)]),
+                Some("lost_events") => required.push(("lost", Int)),
+                _ => {}
+            }
+            (required, vec![])
+        }
+        "error" => (
+            vec![("kind", OneOf(&["runtime"])), ("message", Str)],
+            vec![("error", Str), ("location", Str)],
+        ),
+        "end" => (
+            vec![
+                ("errors", Int),
+                ("skipped", Int),
+                ("lost", Int),
+                ("status", Int),
+            ],
+            vec![],
+        ),
+        _ => panic!("undocumented event type: {event}"),
+    };
+    let holds = |value: &serde_json::Value, field: Field| match field {
+        Int => value.is_i64() || value.is_u64(),
+        Str => value.is_string(),
+        OneOf(choices) => value.as_str().is_some_and(|v| choices.contains(&v)),
+        Buckets => value.as_array().is_some_and(|buckets| {
+            buckets.iter().all(|b| {
+                let keys_ok = b.as_object().is_some_and(|o| {
+                    o.keys()
+                        .all(|k| ["value", "count", "range"].contains(&k.as_str()))
+                });
+                keys_ok
+                    && b["value"].is_i64()
+                    && b["count"].as_i64().is_some_and(|c| c > 0)
+                    && (b.get("range").is_none()
+                        || ["under", "over"].contains(&b["range"].as_str().unwrap_or("")))
+            })
+        }),
+    };
+    for (name, field) in &required {
+        let value = object
+            .get(*name)
+            .unwrap_or_else(|| panic!("{kind} event without `{name}`: {event}"));
+        assert!(holds(value, *field), "{kind} event: bad `{name}`: {event}");
+    }
+    for (name, value) in object {
+        if name == "type" || required.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let field = optional
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{kind} event: undocumented field `{name}`: {event}"));
+        assert!(holds(value, field.1), "{kind} event: bad `{name}`: {event}");
+    }
+    if kind == "histogram" {
+        // The buckets hold every sample, lowest first; min and max come
+        // together and bound the samples.
+        let buckets = event["buckets"].as_array().expect("checked above");
+        let total: i64 = buckets.iter().filter_map(|b| b["count"].as_i64()).sum();
+        assert_eq!(Some(total), event["count"].as_i64(), "{event}");
+        let values: Vec<i64> = buckets.iter().filter_map(|b| b["value"].as_i64()).collect();
+        assert!(values.windows(2).all(|w| w[0] <= w[1]), "{event}");
+        assert_eq!(
+            object.contains_key("min"),
+            object.contains_key("max"),
+            "{event}"
+        );
+        if let (Some(min), Some(max)) = (event["min"].as_i64(), event["max"].as_i64()) {
+            assert!(min <= max, "{event}");
+        }
+    }
 }
 
 #[test]
@@ -279,14 +418,17 @@ fn json_format_for_a_drops_like_script() {
         "-f",
         "json",
         "-e",
-        r#"global funcs
+        r#"global funcs, lengths
            probe kernel.trace("kfree_skb") {
-             if (execname() == "stapJ1conn") funcs[$location, execname()] <<< 1
+             if (execname() == "stapJ1conn") {
+               funcs[$location, execname()] <<< 1
+               lengths <<< $skb->len
+             }
            }
            probe timer.ms(200) {
              foreach ([l, d] in funcs-) { printf("%d %s@%s\n", @count(funcs[l, d]), symname(l), d); exit() }
            }
-           probe end { warn("done") }"#,
+           probe end { print(@hist_log(lengths)); warn("done") }"#,
     ]);
     session.wait_ready();
     trigger_until_done(&mut session, &trigger, &["stapJ1conn", "connect", &port]);
@@ -299,6 +441,16 @@ fn json_format_for_a_drops_like_script() {
         .unwrap_or_else(|| panic!("no output event: {}", done.stdout));
     let data = output["data"].as_str().expect("data is a string");
     assert!(data.ends_with(" tcp_v4_rcv@stapJ1conn\n"), "{data:?}");
+    // The kernel-side statistic, printed in the end probe, as data.
+    let histogram = events
+        .iter()
+        .find(|e| e["type"] == "histogram")
+        .unwrap_or_else(|| panic!("no histogram event: {}", done.stdout));
+    assert_eq!(histogram["scale"], "log");
+    let count = histogram["count"].as_i64().expect("count");
+    assert!(count >= 1, "{histogram}");
+    let (min, max) = (histogram["min"].as_i64(), histogram["max"].as_i64());
+    assert!(min.is_some() && max.is_some(), "{histogram}");
     let warning = events
         .iter()
         .find(|e| e["type"] == "warning")
@@ -353,6 +505,10 @@ fn json_format_histograms_errors_and_output_file() {
     assert_eq!(log["scale"], "log");
     assert_eq!(log["count"], 20);
     assert_eq!(log["sum"], 2100);
+    assert_eq!(
+        (log["min"].clone(), log["max"].clone()),
+        (10.into(), 200.into())
+    );
     let buckets = log["buckets"].as_array().expect("buckets");
     let total: i64 = buckets.iter().filter_map(|b| b["count"].as_i64()).sum();
     assert_eq!(total, 20);

@@ -46,11 +46,16 @@ pub fn event(kind: &str, fields: &[(&str, String)]) -> String {
 /// bound stap prints in its value column. `None` without the buckets.
 pub fn histogram(agg: &Aggregate, linear: bool) -> Option<String> {
     let mut buckets = Vec::new();
-    // min and max are kept only when the script asks for them: left out.
     let mut fields = vec![
         ("count", agg.count.to_string()),
         ("sum", agg.sum.to_string()),
     ];
+    // `--format json` keeps them for every histogram (pipeline's
+    // `histogram_extremes`); an empty statistic has none.
+    if agg.has_extremes && agg.count > 0 {
+        fields.push(("min", agg.min.to_string()));
+        fields.push(("max", agg.max.to_string()));
+    }
     if linear {
         let (h, slots) = agg.hist_linear.as_ref()?;
         let last = slots.len().saturating_sub(1);

@@ -73,6 +73,7 @@ impl StatShape {
             sum: 0,
             min: 0,
             max: 0,
+            has_extremes: l.min_max.is_some(),
             variance: 0,
             hist_log: l.hist_log.map(|_| vec![0; HIST_LOG_BUCKETS as usize]),
             hist_linear: l
@@ -139,8 +140,10 @@ impl StatShape {
 pub struct Aggregate {
     pub count: i64,
     pub sum: i64,
+    /// Meaningful only when `has_extremes` (the layout keeps them).
     pub min: i64,
     pub max: i64,
+    pub has_extremes: bool,
     pub variance: i64,
     pub hist_log: Option<Vec<i64>>,
     /// The layout and the slots: underflow, in-range buckets, overflow.
