@@ -56,6 +56,9 @@ mod reliability;
 #[path = "live/fleet.rs"]
 mod fleet;
 
+#[path = "live/stock_metrics.rs"]
+mod stock_metrics;
+
 #[path = "live/syscalls.rs"]
 mod syscalls;
 

@@ -14,6 +14,8 @@
  *   trigger NAME open PATH           create PATH (O_WRONLY|O_CREAT|O_TRUNC|
  *                                    O_CLOEXEC, mode 0640), close it, then
  *                                    open PATH.missing read-only (ENOENT)
+ *   trigger NAME chdirs N            N chdir(2) calls that fail (ENOENT), then
+ *                                    read stdin until it closes
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,6 +28,15 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+static int failing_chdirs_then_wait(int n) {
+    for (int i = 0; i < n; i++)
+        /* Fails with ENOENT on purpose. */
+        if (chdir("/stap-rs-trigger-nonexistent") == 0) return 1;
+    char buf[256];
+    while (read(0, buf, sizeof buf) > 0) {}
+    return 0;
+}
 
 static int open_files(const char *path) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
@@ -127,5 +138,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "send") == 0 && argc == 5) return send_bytes(atoi(argv[3]), atoi(argv[4]));
     if (strcmp(argv[2], "sockops") == 0 && argc == 4) return sockops(atoi(argv[3]));
     if (strcmp(argv[2], "open") == 0 && argc == 4) return open_files(argv[3]);
+    if (strcmp(argv[2], "chdirs") == 0 && argc == 4) return failing_chdirs_then_wait(atoi(argv[3]));
     return usage();
 }
