@@ -324,10 +324,12 @@ class Run:
         self.status = self.proc.returncode
         try:
             with open(self.rssfile) as f:
-                self.maxrss_mib = int(f.read()) / 1024
+                rss_kib, cpu_us = f.read().split()
+            self.maxrss_mib = int(rss_kib) / 1024
+            self.cpu_ms = int(cpu_us) / 1000
             os.unlink(self.rssfile)
         except (OSError, ValueError):
-            self.maxrss_mib = None
+            self.maxrss_mib = self.cpu_ms = None
         return self
 
     def ms(self, key):
@@ -773,6 +775,94 @@ def bench_host(rounds, nkeys, tables, notes):
     notes.append("Host side: 'lines printed' counts every output line, including the tools' own messages.")
 
 
+def stap_rs_threads(run):
+    """The threads of the stap-rs process under spawn: (all, HTTP server's)."""
+    spawn = run.proc.pid
+    try:
+        with open("/proc/%d/task/%d/children" % (spawn, spawn)) as f:
+            child = int(f.read().split()[0])
+        names = []
+        for tid in os.listdir("/proc/%d/task" % child):
+            with open("/proc/%d/task/%s/comm" % (child, tid)) as f:
+                names.append(f.read().strip())
+    except (OSError, ValueError, IndexError):
+        return None, None
+    return len(names), sum(1 for n in names if n.startswith("stap-rs http"))
+
+
+def bench_http(rounds, tables, notes):
+    """The start-up cost of procfs probes over HTTP (issue 17): a script
+    without procfs probes starts no server, with or without --http; the
+    same script with one procfs probe starts the server thread."""
+    base = (
+        "global c\n"
+        + "".join('probe kernel.trace("%s") { c[%d]++ }\n' % (t, i) for i, t in enumerate(TEN_TPS))
+        + STAP_READY
+        + STAP_MARK
+    )
+    procfs = base + 'probe procfs("metrics").read { $value = sprintf("c %d\\n", c[0]) }\n'
+    variants = [
+        ("10 tracepoints, no procfs probe", base, ()),
+        ("the same, with --http 127.0.0.1:0", base, ("--http", "127.0.0.1:0")),
+        ("the same + procfs(\"metrics\").read, --http 127.0.0.1:0", procfs, ("--http", "127.0.0.1:0")),
+    ]
+    res = {}
+    for r in range(rounds):
+        for name, script, extra in variants:
+            cmd, env = command("stap-rs", write_script("http " + name, script), extra)
+            run = Run(cmd, env, marker=True)
+            run.start()
+            ok = run.wait_ready()
+            threads = stap_rs_threads(run)
+            run.stop()
+            d = res.setdefault(name, {"mark": [], "threads": [], "http": [], "cpu": [], "rss": []})
+            if not ok:
+                d.setdefault("fail", run.output_tail())
+                continue
+            d["mark"].append(run.ms("mark"))
+            d["threads"].append(threads[0])
+            d["http"].append(threads[1])
+            d["cpu"].append(run.cpu_ms)
+            d["rss"].append(run.maxrss_mib)
+        log("http round %d done" % (r + 1))
+    t = Table(
+        "6. Start-up with and without procfs probes over HTTP (ms, min / median / max)",
+        [
+            "script",
+            "live (first MARK)",
+            "vs no procfs probe",
+            "CPU ms, start → exit",
+            "threads when live",
+            "HTTP server threads",
+            "peak RSS MiB",
+        ],
+    )
+    base_med = mmm(res.get(variants[0][0], {}).get("mark", []))[0]
+    for name, _, _ in variants:
+        d = res.get(name, {})
+        if "fail" in d and not d["mark"]:
+            t.add(name, "failed: `%s`" % d["fail"].strip().splitlines()[-1:], "", "", "", "", "")
+            continue
+        med, s = mmm(d["mark"])
+        counts = lambda xs: " / ".join(sorted({str(x) for x in xs})) or "—"
+        t.add(
+            name,
+            s,
+            ratio(med, base_med),
+            mmm(d["cpu"])[1],
+            counts(d["threads"]),
+            counts(d["http"]),
+            mmm(d["rss"])[1],
+        )
+    tables.append(t)
+    notes.append(
+        "6: the server thread (`stap-rs http`) starts only for a script with procfs probes; `--http` alone "
+        "changes nothing for a script without them. Threads are counted in /proc/PID/task when the MARK arrives. "
+        "CPU time (user + system, from wait4) covers the whole run, start to SIGINT to exit: on a loaded machine "
+        "it is steadier than wall time."
+    )
+
+
 def bench_jit(rounds, tables):
     drops = os.path.join(ROOT, "examples/drops.stp")
     gen = write_script("jit_500_stap", gen500("stap"))
@@ -1043,25 +1133,47 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs/performance.md"))
     ap.add_argument("--render", metavar="RESULTS.json", help="write the report from saved results; measure nothing")
+    ap.add_argument("--rounds", type=int, help="rounds per figure (default 5; 1 with --smoke)")
+    sections = ["startup", "events", "printing", "host", "jit", "mechanism", "http"]
+    ap.add_argument(
+        "--only",
+        metavar="SECTION,...",
+        help="run only these sections (%s); the report goes to $BENCH_OUT/performance-only.md "
+        "unless --out is given" % ", ".join(sections),
+    )
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else set(sections)
+    unknown = only - set(sections)
+    if unknown:
+        ap.error("unknown section(s): %s" % ", ".join(sorted(unknown)))
+    if args.only and args.out == ap.get_default("out"):
+        args.out = os.path.join(OUT, "performance-only.md")
     if args.render:
         meta, tables, notes = load(args.render)
         with open(args.out, "w") as f:
             f.write(render(meta, tables, notes))
         log("wrote %s from %s" % (args.out, args.render))
         return
-    rounds = 1 if args.smoke else 5
+    rounds = args.rounds or (1 if args.smoke else 5)
     n = 20000 if args.smoke else 1000000
     nprint = 5000 if args.smoke else 200000
     nkeys = 10000 if args.smoke else 1000000
     tables, notes = [], []
     t0 = time.monotonic()
-    bench_startup(rounds, tables, notes)
-    bench_events(rounds, n, tables, notes)
-    bench_printing(rounds, nprint, tables, notes)
-    bench_host(1 if args.smoke else 2, nkeys, tables, notes)
-    bench_jit(rounds, tables)
-    bench_tracepoint_mechanism(rounds, n, tables, notes)
+    if "startup" in only:
+        bench_startup(rounds, tables, notes)
+    if "events" in only:
+        bench_events(rounds, n, tables, notes)
+    if "printing" in only:
+        bench_printing(rounds, nprint, tables, notes)
+    if "host" in only:
+        bench_host(1 if args.smoke else 2, nkeys, tables, notes)
+    if "jit" in only:
+        bench_jit(rounds, tables)
+    if "mechanism" in only:
+        bench_tracepoint_mechanism(rounds, n, tables, notes)
+    if "http" in only:
+        bench_http(rounds, tables, notes)
     took = time.monotonic() - t0
     notes.append(
         "Lost stop signals, sent again (bpftrace after 2 s of silence, others after 15 s; the teardown "

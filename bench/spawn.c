@@ -1,5 +1,6 @@
 // spawn RSSFILE CMD...: runs CMD as a child, forwards SIGINT/SIGTERM to it,
-// and writes the child's peak RSS (KiB) to RSSFILE. The harness needs this
+// and writes the child's peak RSS (KiB) and CPU time (user + system, µs)
+// to RSSFILE. The harness needs this
 // middleman because a process forked from Python keeps Python's peak RSS
 // across exec(); forked from this small program, the figure is the tracer's.
 #include <signal.h>
@@ -44,7 +45,9 @@ int main(int argc, char **argv)
 		;
 	FILE *f = fopen(argv[1], "w");
 	if (f) {
-		fprintf(f, "%ld\n", ru.ru_maxrss);
+		long cpu_us = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000L +
+			      ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+		fprintf(f, "%ld %ld\n", ru.ru_maxrss, cpu_us);
 		fclose(f);
 	}
 	if (WIFSIGNALED(status))
