@@ -109,8 +109,14 @@ struct Finished {
 impl Session {
     /// Starts `stap-rs -v -T 20 ARGS...`.
     fn start(args: &[&str]) -> Session {
+        Session::start_for(20, args)
+    }
+
+    /// Starts `stap-rs -v -T SECONDS ARGS...`: for tests that end the
+    /// session themselves and may need longer in a slow (TCG) guest.
+    fn start_for(seconds: u32, args: &[&str]) -> Session {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
-            .args(["-v", "-T", "20"])
+            .args(["-v", "-T", &seconds.to_string()])
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
