@@ -118,6 +118,14 @@ impl BodyLowerer<'_, '_> {
             let ty = lowered.ty;
             return typed(ExprKind::Entry(Box::new(lowered)), ty, e.span);
         }
+        // `&@cast(p, "T")` is `p`, once `T` is known to exist (so
+        // `@defined(&@cast(0, "T"))` tells whether the type exists).
+        if address_of && path.is_empty() && matches!(base.kind, ast::ExprKind::Cast { .. }) {
+            return match self.access_base(base) {
+                Some((AccessBase::Cast { ptr, .. }, _)) => *ptr,
+                _ => invalid(e.span),
+            };
+        }
         if address_of && path.is_empty() {
             self.error(Diagnostic::error("`&` needs a member access").at(
                 e.span,

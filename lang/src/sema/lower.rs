@@ -470,10 +470,19 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 cond,
                 then,
                 otherwise,
-            } => StmtKind::If {
-                cond: self.expr(cond),
-                then: self.boxed(then),
-                otherwise: otherwise.as_ref().map(|o| self.boxed(o)),
+            } => match self.static_truth(cond) {
+                // `if (@defined($x)) ... $x ...`: as in stap, the branch
+                // that cannot run is dropped before its names resolve.
+                Some(true) => return self.stmt(then),
+                Some(false) => match otherwise {
+                    Some(o) => return self.stmt(o),
+                    None => StmtKind::Empty,
+                },
+                None => StmtKind::If {
+                    cond: self.expr(cond),
+                    then: self.boxed(then),
+                    otherwise: otherwise.as_ref().map(|o| self.boxed(o)),
+                },
             },
             A::While { cond, body } => StmtKind::While {
                 cond: self.expr(cond),
@@ -755,10 +764,14 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 cond,
                 then,
                 otherwise,
-            } => ExprKind::Ternary {
-                cond: self.boxed_expr(cond),
-                then: self.boxed_expr(then),
-                otherwise: self.boxed_expr(otherwise),
+            } => match self.static_truth(cond) {
+                Some(true) => return self.expr(then),
+                Some(false) => return self.expr(otherwise),
+                None => ExprKind::Ternary {
+                    cond: self.boxed_expr(cond),
+                    then: self.boxed_expr(then),
+                    otherwise: self.boxed_expr(otherwise),
+                },
             },
             A::In { keys, array } => {
                 let keys: Vec<Expr> = keys.iter().map(|k| self.expr(k)).collect();
@@ -782,6 +795,32 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
     }
 
     /// `@defined(e)`: whether `e` resolves, decided at compile time.
+    /// A condition decided at compile time because it rests on `@defined`
+    /// (`@defined(a)`, `!@defined(a) && @defined(b)`, ...); `None` for any
+    /// other condition.
+    fn static_truth(&mut self, cond: &ast::Expr) -> Option<bool> {
+        match &cond.kind {
+            ast::ExprKind::Defined(inner) => Some(self.is_defined(inner)),
+            ast::ExprKind::Unary {
+                op: ast::UnaryOp::Not,
+                operand,
+            } => self.static_truth(operand).map(|b| !b),
+            ast::ExprKind::Binary {
+                op: op @ (ast::BinaryOp::And | ast::BinaryOp::Or),
+                lhs,
+                rhs,
+            } => {
+                let (l, r) = (self.static_truth(lhs)?, self.static_truth(rhs)?);
+                Some(if *op == ast::BinaryOp::And {
+                    l && r
+                } else {
+                    l || r
+                })
+            }
+            _ => None,
+        }
+    }
+
     fn is_defined(&mut self, e: &ast::Expr) -> bool {
         let before = self.elab.diags.len();
         let lowered = self.expr(e);
@@ -825,7 +864,10 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
 
     fn call(&mut self, name: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {
         let lowered: Vec<Expr> = args.iter().map(|a| self.expr(a)).collect();
-        if let Some(function) = self.elab.lookup_function(&name.node, name.span) {
+        if let Some(function) =
+            self.elab
+                .lookup_function_for_call(&name.node, lowered.len(), name.span)
+        {
             let f = self.elab.functions[function.0 as usize].ast;
             if f.params.len() != lowered.len() {
                 self.error(

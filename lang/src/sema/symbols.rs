@@ -59,6 +59,9 @@ pub(crate) struct Elaborator<'a> {
     global_names: HashMap<String, GlobalId>,
     pub functions: Vec<FunctionEntry<'a>>,
     function_names: HashMap<String, hir::FunctionId>,
+    /// Every function by name and parameter count: stap overloads a name
+    /// by arity (`ansi_set_color(fg)`, `ansi_set_color(fg, bg)`).
+    overloads: HashMap<(String, usize), hir::FunctionId>,
     pub aliases: Vec<AliasEntry<'a>>,
     pub pending_probes: Vec<PendingProbe<'a>>,
     /// `--kernel-probes`: how kernel.function probes attach.
@@ -118,6 +121,7 @@ impl<'a> Elaborator<'a> {
             global_names: HashMap::new(),
             functions: Vec::new(),
             function_names: HashMap::new(),
+            overloads: HashMap::new(),
             aliases: Vec::new(),
             pending_probes: Vec::new(),
             kernel_probes: super::KernelProbes::Auto,
@@ -238,21 +242,25 @@ impl<'a> Elaborator<'a> {
     }
 
     fn add_function(&mut self, f: &'a ast::Function, from_tapset: bool) {
+        let key = (f.name.node.clone(), f.params.len());
         if let Some(&existing) = self.function_names.get(&f.name.node) {
             let first = &self.functions[existing.0 as usize];
             if from_tapset && !first.from_tapset {
+                return; // the user's definition shadows the library's
+            }
+            if let Some(&same) = self.overloads.get(&key) {
+                let first_span = self.functions[same.0 as usize].ast.name.span;
+                self.error(
+                    Diagnostic::error(format!("duplicate function `{}`", f.name.node))
+                        .at(f.name.span, "defined again here")
+                        .also(first_span, "first defined here"),
+                );
                 return;
             }
-            let first_span = first.ast.name.span;
-            self.error(
-                Diagnostic::error(format!("duplicate function `{}`", f.name.node))
-                    .at(f.name.span, "defined again here")
-                    .also(first_span, "first defined here"),
-            );
-            return;
         }
         let id = hir::FunctionId(self.functions.len() as u32);
-        self.function_names.insert(f.name.node.clone(), id);
+        self.function_names.entry(f.name.node.clone()).or_insert(id);
+        self.overloads.insert(key, id);
         self.functions.push(FunctionEntry {
             ast: f,
             from_tapset,
@@ -306,6 +314,25 @@ impl<'a> Elaborator<'a> {
         let visible = Self::visible(entry.hir.span, entry.hir.private, from);
         entry.referenced |= visible;
         visible.then_some(id)
+    }
+
+    /// The function a call with `arity` arguments means: the overload with
+    /// that many parameters, else the first of that name (whose arity the
+    /// caller then checks).
+    pub fn lookup_function_for_call(
+        &mut self,
+        name: &str,
+        arity: usize,
+        from: Span,
+    ) -> Option<hir::FunctionId> {
+        let first = self.lookup_function(name, from)?;
+        let Some(&id) = self.overloads.get(&(name.to_string(), arity)) else {
+            return Some(first);
+        };
+        let entry = &mut self.functions[id.0 as usize];
+        let visible = Self::visible(entry.ast.name.span, entry.ast.private, from);
+        entry.referenced |= visible;
+        Some(if visible { id } else { first })
     }
 
     /// A user or tapset function by name (builtins are looked up separately).
