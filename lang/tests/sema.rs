@@ -451,3 +451,19 @@ fn generic_syscall_points_from_the_trace_event() {
     assert_eq!(program.probes.len(), 2);
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn overloads_defined_pruning_and_type_macros() {
+    // The branch `@defined` rules out is dropped before `$nosuch` resolves;
+    // `f` is overloaded by arity; `&@cast(p, "T")` is `p` once `T` exists.
+    insta::assert_snapshot!(listing(
+        r#"function f(a) { return a + 1 }
+function f(a, b) { return a * b }
+probe kernel.trace("kfree_skb") {
+  x = @defined($nosuch) ? $nosuch : f(1)
+  if (!@defined($nosuch)) y = f(2, 3) else y = $nosuch
+  z = &@cast($skb, "sk_buff") + @defined(&@cast(0, "struct no_such_type"))
+  println(x, y, z)
+}"#
+    ));
+}
