@@ -329,10 +329,20 @@ pub fn allocate(function: &Function) -> Allocation {
     }
     let string_slots = allocate_string_slots(strings, &untouched_strings, &mut locations);
     order.sort();
-    let mut spill_slots = 0;
-    let mut spill = |locations: &mut Vec<Location>, index: usize| {
-        locations[index] = Location::Spill(spill_slots);
-        spill_slots += 1;
+    // Each spill slot with the intervals it holds: a spilled register takes
+    // the first slot none of whose intervals overlaps its own, so the stack
+    // grows with the registers spilled at once, not with all of them.
+    let mut slot_intervals: Vec<Vec<(u32, u32)>> = Vec::new();
+    let mut spill = |locations: &mut Vec<Location>, index: usize, (start, end): (u32, u32)| {
+        let free = slot_intervals
+            .iter()
+            .position(|held| held.iter().all(|&(s, e)| e < start || end < s));
+        let slot = free.unwrap_or_else(|| {
+            slot_intervals.push(Vec::new());
+            slot_intervals.len() - 1
+        });
+        slot_intervals[slot].push((start, end));
+        locations[index] = Location::Spill(slot as u32);
     };
     // Active intervals holding a register: (end, reg index, machine reg).
     let mut active: Vec<(u32, usize, u8)> = Vec::new();
@@ -359,13 +369,15 @@ pub fn allocate(function: &Function) -> Allocation {
             .expect("no free register means every register is active");
         if active[furthest].0 > end {
             let (_, victim, machine) = active.swap_remove(furthest);
-            spill(&mut locations, victim);
+            let held = spans[victim].unwrap_or((0, u32::MAX));
+            spill(&mut locations, victim, held);
             locations[index] = Location::Register(machine);
             active.push((end, index, machine));
         } else {
-            spill(&mut locations, index);
+            spill(&mut locations, index, (start, end));
         }
     }
+    let spill_slots = slot_intervals.len() as u32;
     Allocation {
         locations,
         spill_slots,
