@@ -47,6 +47,9 @@ mod callgraph;
 #[path = "live/try_catch.rs"]
 mod try_catch;
 
+#[path = "live/pretty.rs"]
+mod pretty;
+
 #[path = "live/tapsets.rs"]
 mod tapsets;
 

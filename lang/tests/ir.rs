@@ -558,3 +558,52 @@ probe never { println(started) }
     assert_eq!(module.probes.len(), 10);
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn pretty_printing_walks_the_btf_layout_inside_an_implicit_try() {
+    // `$dev$` follows the pointer and prints each member with its own
+    // directive; `char[16]` is read as a string; a fault gives "ERROR".
+    let text = listing(
+        r#"
+probe kernel.trace("net_dev_xmit") {
+  println($dev$)
+}
+"#,
+    );
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn pretty_printed_bulk_variables_and_nested_structs() {
+    let (module, _) = lower(
+        r#"
+probe kernel.trace("net_dev_xmit") {
+  println($$parms$)
+  println(@cast($skb->sk, "struct sock_common")$)
+  println(@cast($skb->sk, "struct sock_common")$$)
+}
+"#,
+    );
+    let formats: Vec<&str> = module.formats.iter().map(|f| f.text.as_str()).collect();
+    let has = |text: &str| formats.iter().any(|f| f.contains(text));
+    // Anonymous unions are listed in line; `char[48]` is a string and
+    // bitfields are read as such.
+    assert!(
+        has("{.next=%p, .prev=%p, .dev=%p, .dev_scratch=%u, .sk=%p"),
+        "{formats:#?}"
+    );
+    assert!(has(".cb=\"%s"), "{formats:#?}");
+    assert!(has(".cloned=%u, .nohdr=%u"), "{formats:#?}");
+    // The device is followed by `$$parms$` (a struct pointer at the top).
+    assert!(
+        has("{.mtu=%u, .flags=%u, .ifindex=%d, .name=\"%s\""),
+        "{formats:#?}"
+    );
+    // One `$` leaves an embedded struct as `{...}`; `$$` expands it, and a
+    // `__u8[16]` is bytes, not text.
+    assert!(has(".skc_v6_daddr={...}"), "{formats:#?}");
+    assert!(
+        has(".skc_v6_daddr={.in6_u={.u6_addr8=[%u, %u"),
+        "{formats:#?}"
+    );
+}

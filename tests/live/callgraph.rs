@@ -373,3 +373,56 @@ fn every_call_matching_a_glob_with_its_caller() {
     }
     eprintln!("{} calls printed", stdout.lines().count());
 }
+
+/// The call-graph-with-arguments style of stap's para-callgraph.stp: a
+/// function's `$$parms` at the call and `$$return` at the return, indented
+/// by `thread_indent`, and the same arguments pretty-printed.
+#[test]
+fn function_parameters_and_return_values_print_as_stap_prints_them() {
+    let _one = serial();
+    if skip_without_function_probes() {
+        return;
+    }
+    let trigger = build("trigger");
+    let port = sink();
+    let script = r#"
+        function show(delta, what) {
+          if (execname() == "cgparms")
+            printf("%s%s%s %s\n", thread_indent(delta), delta > 0 ? "->" : "<-", ppfunc(), what)
+        }
+        probe kernel.function("tcp_sendmsg").call { show(1, $$parms) }
+        probe kernel.function("tcp_sendmsg").call { show(0, $size$ . " " . substr($msg$, 0, 11)) }
+        probe kernel.function("tcp_sendmsg").return { show(-1, $$return) }
+    "#;
+    let command = format!("{} cgparms send {port} 100", trigger.display());
+    let done = Session::start(&["-e", script, "-c", &command]).finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    let call = lines
+        .iter()
+        .find(|l| l.contains("->tcp_sendmsg "))
+        .unwrap_or_else(|| panic!("no call line in:\n{}", done.stdout));
+    // `sk=0x... msg=0x... size=0x64`, stap's `%#x` for each.
+    let parms = call.split_once("->tcp_sendmsg ").map_or("", |(_, p)| p);
+    let names: Vec<&str> = parms
+        .split(' ')
+        .filter_map(|p| p.split_once("=0x").map(|(n, _)| n))
+        .collect();
+    assert_eq!(names, ["sk", "msg", "size"], "{call}");
+    assert!(parms.ends_with("size=0x64"), "{call}");
+    assert!(call.contains("cgparms("), "thread_indent's prefix: {call}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with("tcp_sendmsg 100 {.msg_name=")),
+        "$size$ and $msg$:\n{}",
+        done.stdout
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.ends_with("<-tcp_sendmsg return=0x64")),
+        "$$return:\n{}",
+        done.stdout
+    );
+}

@@ -4,7 +4,7 @@
 
 use super::hir::{
     AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextSource, ContextVar, Expr,
-    ExprKind, Type,
+    ExprKind, PrettyMember, PrettyShape, Type,
 };
 use super::lower::{BodyLowerer, invalid};
 use super::points::ProbeContext;
@@ -37,6 +37,21 @@ pub(crate) fn type_size(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
     }
 }
 
+/// The variables `$$vars` and `$$parms` list: the probe point's arguments.
+/// A raw tracepoint also offers its classic record's extra fields
+/// (`$next_comm`), which are not arguments (and are read from another
+/// program type); a classic-only event's fields are its arguments, those
+/// that fit in a long.
+fn bulk_arguments(mut vars: Vec<ContextVar>) -> Vec<ContextVar> {
+    let classic = |v: &ContextVar| matches!(v.source, ContextSource::ClassicField { .. });
+    let has_arguments = vars.iter().any(|v| !classic(v));
+    vars.retain(|v| match v.source {
+        ContextSource::ClassicField { size, .. } => !has_arguments && matches!(size, 1 | 2 | 4 | 8),
+        _ => true,
+    });
+    vars
+}
+
 /// `$name` exists in the probed function but cannot be read (a float, a
 /// struct by value, a stack argument): the error says why.
 fn unreadable_error(
@@ -53,6 +68,132 @@ fn unreadable_error(
         ))
         .at(span, why.clone()),
     )
+}
+
+/// Members and array elements one pretty-printed value may list in all:
+/// `$$` on a large struct stays a bounded program (its text is cut at
+/// MAXSTRINGLEN anyway, long before this many fields).
+const PRETTY_ITEMS: usize = 256;
+
+/// How `$x$` (`Shallow`) or `$x$$` (`Deep`) prints a value of type `ty`,
+/// as stap's pretty-printer does: at the top a pointer to a struct is
+/// followed and a `char *` is read as a string; inside, structs and
+/// arrays are expanded only by `$$` (`{...}` and `[...]` otherwise), char
+/// arrays print as strings, and pointers are never followed.
+pub(crate) fn pretty_shape(facts: &dyn KernelFacts, ty: TypeId, depth: PrettyDepth) -> PrettyShape {
+    let deep = depth == PrettyDepth::Deep;
+    let mut budget = PRETTY_ITEMS;
+    if let TypeKind::Pointer(target) = facts.kind(ty) {
+        return match facts.kind(target) {
+            TypeKind::Int { .. } if is_plain_char(facts, target) => PrettyShape::StringPointer,
+            TypeKind::Struct { .. } => PrettyShape::Deref(Box::new(pretty_nested(
+                facts,
+                target,
+                true,
+                deep,
+                &mut budget,
+            ))),
+            _ => PrettyShape::Pointer,
+        };
+    }
+    pretty_nested(facts, ty, true, deep, &mut budget)
+}
+
+/// `char` (qualified or not): text. `unsigned char` and `__u8` are bytes,
+/// printed as numbers (a MAC address, a hash).
+fn is_plain_char(facts: &dyn KernelFacts, ty: TypeId) -> bool {
+    if !matches!(facts.kind(ty), TypeKind::Int { is_char: true, .. }) {
+        return false;
+    }
+    let name = facts.type_name(ty);
+    let mut words: Vec<&str> = name.split_whitespace().collect();
+    words.retain(|w| !matches!(*w, "const" | "volatile"));
+    words == ["char"] || words == ["signed", "char"]
+}
+
+/// A value inside the top one: structs and arrays expanded if `expand`,
+/// and their own members if `deep`.
+fn pretty_nested(
+    facts: &dyn KernelFacts,
+    ty: TypeId,
+    expand: bool,
+    deep: bool,
+    budget: &mut usize,
+) -> PrettyShape {
+    match facts.kind(ty) {
+        TypeKind::Int { bytes, signed, .. } | TypeKind::Enum { bytes, signed, .. } => {
+            PrettyShape::Integer {
+                bytes,
+                signed,
+                bitfield: None,
+            }
+        }
+        TypeKind::Pointer(_) => PrettyShape::Pointer,
+        TypeKind::Array { elem, len } => {
+            if is_plain_char(facts, elem) {
+                return PrettyShape::CharArray { len };
+            }
+            if !expand {
+                return PrettyShape::Text("[...]");
+            }
+            let shown = (len as usize).min(*budget);
+            *budget -= shown;
+            PrettyShape::Array {
+                elem_size: type_size(facts, elem),
+                len: shown as u32,
+                elem: Box::new(pretty_nested(facts, elem, deep, deep, budget)),
+            }
+        }
+        TypeKind::Struct { .. } if expand => {
+            let mut members = Vec::new();
+            pretty_members(facts, ty, 0, deep, budget, &mut members);
+            PrettyShape::Struct(members)
+        }
+        TypeKind::Struct { .. } | TypeKind::Opaque { .. } => PrettyShape::Text("{...}"),
+        TypeKind::Float { .. } | TypeKind::Function | TypeKind::Void => PrettyShape::Text("?"),
+    }
+}
+
+/// The members of struct `ty` at `base` bytes into the printed object,
+/// an anonymous struct or union's members in line with their parent's.
+fn pretty_members(
+    facts: &dyn KernelFacts,
+    ty: TypeId,
+    base: u32,
+    deep: bool,
+    budget: &mut usize,
+    out: &mut Vec<PrettyMember>,
+) {
+    for member in facts.members(ty) {
+        if *budget == 0 {
+            return;
+        }
+        let byte_offset = base + member.bit_offset / 8;
+        if member.name.is_empty() {
+            pretty_members(facts, member.ty, byte_offset, deep, budget, out);
+            continue;
+        }
+        *budget -= 1;
+        let shape = match (member.bitfield_bits, facts.kind(member.ty)) {
+            (
+                Some(bits),
+                TypeKind::Int { bytes, signed, .. } | TypeKind::Enum { bytes, signed, .. },
+            ) => PrettyShape::Integer {
+                bytes,
+                signed,
+                bitfield: Some(Bitfield {
+                    bit_shift: member.bit_offset % 8,
+                    bits,
+                }),
+            },
+            _ => pretty_nested(facts, member.ty, deep, deep, budget),
+        };
+        out.push(PrettyMember {
+            name: member.name,
+            byte_offset,
+            shape,
+        });
+    }
 }
 
 fn typed(kind: ExprKind, ty: Type, span: Span) -> Expr {
@@ -223,7 +364,7 @@ impl BodyLowerer<'_, '_> {
             return invalid(span);
         };
         let vars: Vec<ContextVar> = match which {
-            BulkContext::Vars | BulkContext::Parms => vars,
+            BulkContext::Vars | BulkContext::Parms => bulk_arguments(vars),
             BulkContext::Return if is_return => ret.into_iter().collect(),
             BulkContext::Return => {
                 self.error(
@@ -240,11 +381,19 @@ impl BodyLowerer<'_, '_> {
                 return invalid(span);
             }
         };
+        let shapes = match pretty {
+            Some(depth) => vars
+                .iter()
+                .map(|v| pretty_shape(self.elab.facts, v.ty, depth))
+                .collect(),
+            None => Vec::new(),
+        };
         typed(
             ExprKind::Bulk {
                 which,
                 vars,
                 pretty,
+                shapes,
             },
             Type::String,
             span,
@@ -678,12 +827,24 @@ impl BodyLowerer<'_, '_> {
                 },
             }
         };
+        // `@cast(p, "T")$` prints the `T` that `p` points to.
+        let shape = pretty.map(|depth| match cursor {
+            Cursor::PointerTo(t) => {
+                let pointee = pretty_shape(facts, t, depth);
+                match pointee {
+                    PrettyShape::Struct(_) => PrettyShape::Deref(Box::new(pointee)),
+                    _ => PrettyShape::Pointer,
+                }
+            }
+            Cursor::Value(t) | Cursor::Memory(t) => pretty_shape(facts, t, depth),
+        });
         Some(ContextAccess {
             base,
             steps,
             ty,
             type_name,
             value,
+            shape,
         })
     }
 }

@@ -528,11 +528,13 @@ pub enum ExprKind {
     },
     /// `$var`, `$var->f[2]->g`, `@cast(p, "T")->f`, `$return`, `$var$`.
     Context(Box<ContextAccess>),
-    /// `$$vars`, `$$parms`, `$$return` (a string).
+    /// `$$vars`, `$$parms`, `$$return` (a string). With `$`/`$$`,
+    /// `shapes` has one entry per variable: how it pretty-prints.
     Bulk {
         which: BulkContext,
         vars: Vec<ContextVar>,
         pretty: Option<PrettyDepth>,
+        shapes: Vec<PrettyShape>,
     },
     Call {
         function: FunctionId,
@@ -602,6 +604,48 @@ pub struct ContextAccess {
     pub ty: TypeId,
     pub type_name: String,
     pub value: AccessValue,
+    /// For [`AccessValue::Pretty`]: how the value prints.
+    pub shape: Option<PrettyShape>,
+}
+
+/// How `$var$`, `$var$$` and `$$parms$` print a value of a kernel type,
+/// decided at pass 2 from the type's BTF (or DWARF) layout, so the IR
+/// lowering only walks it. Offsets are relative to the enclosing object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrettyShape {
+    /// An integer, enum, `_Bool` or `char`: `%d` if signed, else `%u`.
+    Integer {
+        bytes: u32,
+        signed: bool,
+        bitfield: Option<Bitfield>,
+    },
+    /// A pointer that is not followed: `%p`.
+    Pointer,
+    /// A `char *` at the top: the string it points to, quoted, or the
+    /// address when it cannot be read (stap's `kernel_string_quoted`).
+    StringPointer,
+    /// A `char[len]` member: its bytes up to the first NUL, quoted.
+    CharArray { len: u32 },
+    /// A pointer to a struct or union at the top: the object it points to.
+    Deref(Box<PrettyShape>),
+    /// `{.a=1, .b=2}`; anonymous members are flattened into their parent.
+    Struct(Vec<PrettyMember>),
+    /// `[1, 2, 3]`.
+    Array {
+        elem_size: u32,
+        len: u32,
+        elem: Box<PrettyShape>,
+    },
+    /// Printed as is: `{...}` and `[...]` past the depth of a single `$`,
+    /// `?` for what cannot be printed (floats, functions).
+    Text(&'static str),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrettyMember {
+    pub name: String,
+    pub byte_offset: u32,
+    pub shape: PrettyShape,
 }
 
 #[derive(Debug, Clone, PartialEq)]

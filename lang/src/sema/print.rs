@@ -436,6 +436,7 @@ impl Printer<'_> {
                 which,
                 vars,
                 pretty,
+                ..
             } => {
                 let name = match which {
                     BulkContext::Vars => "$$vars",

@@ -10,9 +10,10 @@
 
 use super::FnLowering;
 use crate::ast::PrettyDepth;
-use crate::ir::{BinOp, Op, Reg, ValType};
+use crate::ir::{BinOp, Catch, CmpOp, Op, Reg, ValType};
 use crate::sema::hir::{
     AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextSource, ContextVar,
+    PrettyShape,
 };
 use crate::source::Span;
 
@@ -25,11 +26,6 @@ enum Cursor {
 
 impl FnLowering<'_, '_> {
     pub(super) fn context_access(&mut self, access: &ContextAccess, span: Span) -> Reg {
-        if let AccessValue::Pretty(_) = access.value {
-            self.m
-                .unsupported("pretty-printing kernel data (`$var$`, `$var$$`)", span);
-            return self.const_str("", span);
-        }
         let mut cursor = match &access.base {
             AccessBase::Var(var) => {
                 // A narrow integer argument sits in a 64-bit slot whose
@@ -101,7 +97,10 @@ impl FnLowering<'_, '_> {
                     .unsupported("taking the address of a context variable", span);
                 self.constant(0, span)
             }
-            (AccessValue::Pretty(_), _) => self.const_str("", span),
+            (AccessValue::Pretty(_), cursor) => match &access.shape {
+                Some(shape) => self.pretty_top(cursor, bitfield, shape, span),
+                None => self.const_str("", span),
+            },
         }
     }
 
@@ -232,17 +231,29 @@ impl FnLowering<'_, '_> {
         }
     }
 
-    /// `$$vars`, `$$parms`, `$$locals`, `$$return`: `name=0x...` pieces.
+    /// `$$vars`, `$$parms`, `$$locals`, `$$return`: `name=0x...` pieces
+    /// (stap's `%#x`), or with `$`/`$$` each variable pretty-printed.
     pub(super) fn bulk(
         &mut self,
         vars: &[ContextVar],
         pretty: Option<PrettyDepth>,
+        shapes: &[PrettyShape],
         span: Span,
     ) -> Reg {
         if pretty.is_some() {
-            self.m
-                .unsupported("pretty-printed bulk context (`$$vars$`)", span);
-            return self.const_str("", span);
+            let mut text = None;
+            for (index, (var, shape)) in vars.iter().zip(shapes).enumerate() {
+                let sep = if index == 0 { "" } else { " " };
+                let name = self.const_str(&format!("{sep}{}=", var.name), span);
+                let value = self.context_var(var, false, span);
+                let value = self.pretty_top(Cursor::Value(value), None, shape, span);
+                let piece = self.concat(name, value, span);
+                text = Some(match text {
+                    Some(before) => self.concat(before, piece, span),
+                    None => piece,
+                });
+            }
+            return text.unwrap_or_else(|| self.const_str("", span));
         }
         let text: Vec<String> = vars.iter().map(|v| format!("{}=%#x", v.name)).collect();
         let format = self.m.format(&text.join(" "));
@@ -253,5 +264,321 @@ impl FnLowering<'_, '_> {
         let dst = self.body.reg(ValType::Str);
         self.body.emit(Op::Sprintf { dst, format, args }, span);
         dst
+    }
+
+    fn concat(&mut self, lhs: Reg, rhs: Reg, span: Span) -> Reg {
+        let dst = self.body.reg(ValType::Str);
+        self.body.emit(Op::Concat { dst, lhs, rhs }, span);
+        dst
+    }
+
+    /// One pretty-printed value (`$x$`, `$x$$`, a variable of `$$parms$`).
+    /// As in stap, a fault while reading it gives the text `ERROR` rather
+    /// than a run-time error: the value is built inside an implicit `try`.
+    fn pretty_top(
+        &mut self,
+        cursor: Cursor,
+        bitfield: Option<Bitfield>,
+        shape: &PrettyShape,
+        span: Span,
+    ) -> Reg {
+        let limit = usize::try_from(self.m.program.limits.max_string_len).unwrap_or(usize::MAX);
+        let mut out = PrettyText {
+            format: String::new(),
+            args: Vec::new(),
+            text: None,
+            written: 0,
+            limit,
+        };
+        if !reads_memory(cursor, shape) {
+            // Nothing to fault on (a `char *` has its own fallback), and a
+            // `try` whose body cannot fail would leave its handler
+            // unreachable, which the verifier refuses.
+            self.pretty_value(&mut out, cursor, bitfield, shape, span);
+            self.pretty_flush(&mut out, span);
+            return match out.text {
+                Some(text) => text,
+                None => self.const_str("", span),
+            };
+        }
+        let result = self.body.reg(ValType::Str);
+        let handler = self.body.new_block();
+        let join = self.body.new_block();
+        self.body.push_catch(Catch {
+            handler,
+            message: None,
+        });
+        let body = self.body.new_block();
+        self.body.jump_to(body, span);
+        self.pretty_value(&mut out, cursor, bitfield, shape, span);
+        self.pretty_flush(&mut out, span);
+        let text = match out.text {
+            Some(text) => text,
+            None => self.const_str("", span),
+        };
+        self.body.emit(
+            Op::Move {
+                dst: result,
+                src: text,
+            },
+            span,
+        );
+        self.body.pop_catch();
+        self.body.jump_to(join, span);
+        self.body.switch_to(handler);
+        let error = self.const_str("ERROR", span);
+        self.body.emit(
+            Op::Move {
+                dst: result,
+                src: error,
+            },
+            span,
+        );
+        self.body.jump_to(join, span);
+        self.body.switch_to(join);
+        result
+    }
+
+    fn pretty_value(
+        &mut self,
+        out: &mut PrettyText,
+        cursor: Cursor,
+        bitfield: Option<Bitfield>,
+        shape: &PrettyShape,
+        span: Span,
+    ) {
+        match shape {
+            PrettyShape::Integer {
+                bytes,
+                signed,
+                bitfield: own,
+            } => {
+                let value = match (cursor, own.or(bitfield)) {
+                    (Cursor::Value(v), _) => self.extend(v, *bytes, *signed, span),
+                    (Cursor::Memory(addr), Some(bits)) => {
+                        self.read_bitfield(addr, *bytes, *signed, bits, span)
+                    }
+                    (Cursor::Memory(addr), None) => self.read_memory(addr, *bytes, *signed, span),
+                };
+                let directive = if *signed { "%d" } else { "%u" };
+                self.pretty_arg(out, directive, value, span);
+            }
+            PrettyShape::Pointer => {
+                let value = self.pointer(cursor, span);
+                self.pretty_arg(out, "%p", value, span);
+            }
+            PrettyShape::StringPointer => {
+                let addr = self.pointer(cursor, span);
+                let quoted = self.quoted_string(addr, span);
+                self.pretty_arg(out, "%s", quoted, span);
+            }
+            PrettyShape::CharArray { len } => {
+                let addr = match cursor {
+                    Cursor::Memory(addr) | Cursor::Value(addr) => addr,
+                };
+                let len = self.constant(i64::from(*len), span);
+                let name = if self.user_memory {
+                    "user_string_n"
+                } else {
+                    "kernel_string_n"
+                };
+                let text = self.body.reg(ValType::Str);
+                self.body.emit(
+                    Op::Builtin {
+                        dst: Some(text),
+                        name: name.to_string(),
+                        args: vec![addr, len],
+                    },
+                    span,
+                );
+                self.pretty_lit(out, "\"");
+                self.pretty_arg(out, "%s", text, span);
+                self.pretty_lit(out, "\"");
+            }
+            PrettyShape::Deref(inner) => {
+                let addr = self.pointer(cursor, span);
+                self.pretty_value(out, Cursor::Memory(addr), None, inner, span);
+            }
+            PrettyShape::Struct(members) => {
+                let base = match cursor {
+                    Cursor::Memory(addr) | Cursor::Value(addr) => addr,
+                };
+                self.pretty_lit(out, "{");
+                for (index, member) in members.iter().enumerate() {
+                    if out.full() {
+                        break;
+                    }
+                    let sep = if index == 0 { "" } else { ", " };
+                    self.pretty_lit(out, &format!("{sep}.{}=", member.name));
+                    let addr = self.offset(base, i64::from(member.byte_offset), span);
+                    self.pretty_value(out, Cursor::Memory(addr), None, &member.shape, span);
+                }
+                self.pretty_lit(out, "}");
+            }
+            PrettyShape::Array {
+                elem_size,
+                len,
+                elem,
+            } => {
+                let base = match cursor {
+                    Cursor::Memory(addr) | Cursor::Value(addr) => addr,
+                };
+                self.pretty_lit(out, "[");
+                for index in 0..*len {
+                    if out.full() {
+                        break;
+                    }
+                    if index > 0 {
+                        self.pretty_lit(out, ", ");
+                    }
+                    let at = i64::from(index) * i64::from(*elem_size);
+                    let addr = self.offset(base, at, span);
+                    self.pretty_value(out, Cursor::Memory(addr), None, elem, span);
+                }
+                self.pretty_lit(out, "]");
+            }
+            PrettyShape::Text(text) => self.pretty_lit(out, text),
+        }
+    }
+
+    /// stap's `kernel_string_quoted`: the string at `addr` in double
+    /// quotes, or the address in hex when it is NULL or cannot be read.
+    fn quoted_string(&mut self, addr: Reg, span: Span) -> Reg {
+        let result = self.body.reg(ValType::Str);
+        let unreadable = self.body.new_block();
+        let join = self.body.new_block();
+        let zero = self.constant(0, span);
+        let is_null = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::Compare {
+                dst: is_null,
+                op: CmpOp::Eq,
+                lhs: addr,
+                rhs: zero,
+            },
+            span,
+        );
+        self.body.push_catch(Catch {
+            handler: unreadable,
+            message: None,
+        });
+        let read = self.body.new_block();
+        self.body.branch(is_null, unreadable, read, span);
+        self.body.switch_to(read);
+        let name = if self.user_memory {
+            "user_string"
+        } else {
+            "kernel_string"
+        };
+        let text = self.body.reg(ValType::Str);
+        self.body.emit(
+            Op::Builtin {
+                dst: Some(text),
+                name: name.to_string(),
+                args: vec![addr],
+            },
+            span,
+        );
+        let format = self.m.format("\"%s\"");
+        self.body.emit(
+            Op::Sprintf {
+                dst: result,
+                format,
+                args: vec![text],
+            },
+            span,
+        );
+        self.body.pop_catch();
+        self.body.jump_to(join, span);
+        self.body.switch_to(unreadable);
+        let format = self.m.format("%#x");
+        self.body.emit(
+            Op::Sprintf {
+                dst: result,
+                format,
+                args: vec![addr],
+            },
+            span,
+        );
+        self.body.jump_to(join, span);
+        self.body.switch_to(join);
+        result
+    }
+
+    fn pretty_lit(&mut self, out: &mut PrettyText, text: &str) {
+        out.format.push_str(&text.replace('%', "%%"));
+        out.written += text.len();
+    }
+
+    fn pretty_arg(&mut self, out: &mut PrettyText, directive: &str, value: Reg, span: Span) {
+        out.format.push_str(directive);
+        out.args.push(value);
+        out.written += 1;
+        if out.args.len() == PRETTY_ARGS_PER_SPRINTF {
+            self.pretty_flush(out, span);
+        }
+    }
+
+    /// Formats what is pending and appends it to the text so far.
+    fn pretty_flush(&mut self, out: &mut PrettyText, span: Span) {
+        if out.format.is_empty() {
+            return;
+        }
+        let format = self.m.format(&std::mem::take(&mut out.format));
+        let part = self.body.reg(ValType::Str);
+        let args = std::mem::take(&mut out.args);
+        self.body.emit(
+            Op::Sprintf {
+                dst: part,
+                format,
+                args,
+            },
+            span,
+        );
+        out.text = Some(match out.text {
+            Some(before) => self.concat(before, part, span),
+            None => part,
+        });
+    }
+}
+
+/// True when printing `shape` from `cursor` reads memory that may fault.
+fn reads_memory(cursor: Cursor, shape: &PrettyShape) -> bool {
+    let in_memory = matches!(cursor, Cursor::Memory(_));
+    match shape {
+        PrettyShape::Integer { .. } | PrettyShape::Pointer | PrettyShape::StringPointer => {
+            in_memory
+        }
+        PrettyShape::Text(_) => false,
+        PrettyShape::CharArray { .. } => true,
+        PrettyShape::Deref(inner) => in_memory || reads_memory(Cursor::Memory(Reg(0)), inner),
+        PrettyShape::Struct(members) => members
+            .iter()
+            .any(|m| reads_memory(Cursor::Memory(Reg(0)), &m.shape)),
+        PrettyShape::Array { len, elem, .. } => {
+            *len > 0 && reads_memory(Cursor::Memory(Reg(0)), elem)
+        }
+    }
+}
+
+/// Arguments per `sprintf` of a pretty-printed value: `bpf_snprintf`
+/// takes at most 12, and fewer keep each call's scratch small.
+const PRETTY_ARGS_PER_SPRINTF: usize = 8;
+
+/// A pretty-printed value being built: pending format text and arguments,
+/// and the text formatted so far.
+struct PrettyText {
+    format: String,
+    args: Vec<Reg>,
+    text: Option<Reg>,
+    /// A lower bound on the bytes so far: past MAXSTRINGLEN the rest would
+    /// be cut anyway, so no more members are read.
+    written: usize,
+    limit: usize,
+}
+
+impl PrettyText {
+    fn full(&self) -> bool {
+        self.written >= self.limit
     }
 }

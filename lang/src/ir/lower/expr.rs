@@ -113,7 +113,12 @@ impl FnLowering<'_, '_> {
                 Some(dst)
             }
             ExprKind::Context(access) => Some(self.context_access(access, span)),
-            ExprKind::Bulk { vars, pretty, .. } => Some(self.bulk(vars, *pretty, span)),
+            ExprKind::Bulk {
+                vars,
+                pretty,
+                shapes,
+                ..
+            } => Some(self.bulk(vars, *pretty, shapes, span)),
             ExprKind::Call { function, args } => {
                 let args = self.values(args);
                 let program = self.m.program;
