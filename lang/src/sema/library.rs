@@ -34,12 +34,25 @@ impl Declared {
                 ast::Item::Global(g) => declared.globals.push(g.name.node.clone()),
                 ast::Item::Alias(a) => declared
                     .aliases
-                    .extend(a.names.iter().filter_map(super::symbols::plain_point_name)),
+                    .extend(a.names.iter().filter_map(plain_point_name)),
                 _ => {}
             }
         }
         declared
     }
+}
+
+/// The dotted name of an alias or a plain probe point (`tcp.sendmsg`), or
+/// `None` when it has arguments or brace sets.
+pub(crate) fn plain_point_name(point: &ast::ProbePoint) -> Option<String> {
+    let mut parts = Vec::new();
+    for c in &point.components {
+        match c {
+            ast::PointComponent::Named { name, arg: None } => parts.push(name.node.as_str()),
+            _ => return None,
+        }
+    }
+    Some(parts.join("."))
 }
 
 /// Parses library file `index` on first use; `None` when it does not parse

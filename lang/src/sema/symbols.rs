@@ -3,7 +3,7 @@
 //! defined there (stap's "tapset resolution").
 
 use super::hir::{self, GlobalId, Sides, Type};
-use super::library::Library;
+use super::library::{Library, plain_point_name};
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::KernelFacts;
@@ -73,19 +73,6 @@ pub(crate) struct Elaborator<'a> {
     pub user_files: hashbrown::HashSet<crate::source::FileId>,
     /// --skip-badvars (see `ElabOptions::skip_badvars`).
     pub skip_badvars: bool,
-}
-
-/// The dotted name of an alias or a plain probe point (`tcp.sendmsg`), or
-/// `None` when it has arguments or brace sets.
-pub(crate) fn plain_point_name(point: &ast::ProbePoint) -> Option<String> {
-    let mut parts = Vec::new();
-    for c in &point.components {
-        match c {
-            ast::PointComponent::Named { name, arg: None } => parts.push(name.node.as_str()),
-            _ => return None,
-        }
-    }
-    Some(parts.join("."))
 }
 
 impl<'a> Elaborator<'a> {
