@@ -26,9 +26,9 @@ use crate::source::Span;
 // HIR that produces it. Backends name it through `ir` (never `sema`), so
 // the IR stays their one contract.
 pub use crate::sema::hir::{
-    Constant, FunctionMechanism, GlobalId, Limits, Placement, ProbeKind, ProcessTarget,
+    Constant, FunctionMechanism, GlobalId, Limits, MAX_STRING_LEN, MIN_STRING_LEN, Placement,
+    ProbeKind, ProcessTarget,
 };
-pub use crate::sema::{MAX_STRING_LEN, MIN_STRING_LEN};
 
 /// The two value types a register can hold. Statistics never live in a
 /// register: they are only touched through `StatAdd`/`StatGet`.

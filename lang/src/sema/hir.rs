@@ -81,6 +81,10 @@ impl Sides {
     }
 }
 
+/// The smallest and largest MAXSTRINGLEN accepted by `-D`.
+pub const MIN_STRING_LEN: u64 = 8;
+pub const MAX_STRING_LEN: u64 = 1 << 16;
+
 /// The `-D` limits, with stap's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {

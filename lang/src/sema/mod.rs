@@ -341,10 +341,6 @@ fn limits(defines: &[(String, String)], diags: &mut Vec<Diagnostic>) -> Limits {
     limits
 }
 
-/// The smallest and largest MAXSTRINGLEN accepted by `-D`.
-pub const MIN_STRING_LEN: u64 = 8;
-pub const MAX_STRING_LEN: u64 = 1 << 16;
-
 fn needs(probes: &[Probe]) -> MechanismNeeds {
     let mut needs = MechanismNeeds::default();
     for p in probes {
