@@ -65,6 +65,9 @@ mod stock_metrics;
 #[path = "live/syscalls.rs"]
 mod syscalls;
 
+#[path = "live/concurrency.rs"]
+mod concurrency;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

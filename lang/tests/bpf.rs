@@ -441,7 +441,12 @@ fn listing_kernel_foreach_callbacks() {
     let program = &object.programs[0];
     assert!(program.needs_btf());
     let starts: Vec<u32> = program.func_info.iter().map(|f| f.insn_off).collect();
-    assert_eq!(starts.len(), 3, "the handler and two callbacks");
+    assert_eq!(
+        starts.len(),
+        4,
+        "the handler, two callbacks and the output flush subprogram"
+    );
+    assert_eq!(program.plain_subprograms, 1);
     assert!(program.stack_bytes <= 512);
     insta::assert_snapshot!(bpf::listing(&object, &map));
 }
@@ -488,7 +493,7 @@ fn without_the_source_there_is_func_info_but_no_line_info() {
     let (module, _) = lower(KERNEL_FOREACH);
     let object = bpf::compile(&module, &options()).unwrap();
     assert!(!object.btf.is_empty());
-    assert_eq!(object.programs[0].func_info.len(), 3);
+    assert_eq!(object.programs[0].func_info.len(), 4);
     assert!(object.programs[0].line_info.is_empty());
 }
 

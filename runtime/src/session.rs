@@ -35,6 +35,7 @@ pub mod procfs;
 mod signals;
 mod timers;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
@@ -42,7 +43,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use stap_lang::bpf::maps as bpf_maps;
-use stap_lang::bpf::records::{self, Arg, RecordBody};
+use stap_lang::bpf::records::{self, Arg, RecordBody, STANDALONE_STREAM};
 use stap_lang::bpf::{MapRole, Object};
 use stap_lang::ir::{self, FormatId, Op, PrintArg, ProbeHandler, SymbolText};
 use stap_lang::ir::{GlobalId, ProbeKind};
@@ -263,12 +264,14 @@ pub fn run_with_hooks(
         run_failed: false,
         output_failed: false,
         http,
+        held: BTreeMap::new(),
+        partial_lost: 0,
     };
     session.start(ready, command.as_mut(), &signals);
     session.finish();
     let counters = find_map(object, &loaded, |r| matches!(r, MapRole::Counters));
     let skipped = attached.skipped() + read_counter(counters, bpf_maps::COUNTER_SKIPPED);
-    let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS);
+    let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS) + session.partial_lost;
     drop(attached);
     let summary = Summary {
         errors: session.errors,
@@ -444,17 +447,20 @@ pub fn run_live(
         run_failed: false,
         output_failed: false,
         http: None,
+        held: BTreeMap::new(),
+        partial_lost: 0,
     };
     session.start(ready, None, &signals);
     let over = session.finish();
     let errors = session.errors;
     let failed = session.error_ending || session.run_failed;
     let mut output = std::mem::replace(&mut session.runtime.output, Output::buffer());
+    let partial_lost = session.partial_lost;
     drop(session);
     kernel.running = !over;
     if over {
         let skipped = kernel.skipped() + read_counter(kernel.counters(), bpf_maps::COUNTER_SKIPPED);
-        let lost = read_counter(kernel.counters(), bpf_maps::COUNTER_LOST_EVENTS);
+        let lost = read_counter(kernel.counters(), bpf_maps::COUNTER_LOST_EVENTS) + partial_lost;
         let summary = Summary {
             errors,
             skipped,
@@ -488,6 +494,8 @@ struct Feed<'a> {
     sources: &'a SourceMap,
     /// Parsed printf formats, by `FormatId`, parsed on first use.
     formats: Vec<Option<Vec<Piece>>>,
+    /// The same formats' argument layouts, for the decoder.
+    shapes: records::FormatShapes,
 }
 
 impl<'a> Feed<'a> {
@@ -505,6 +513,7 @@ impl<'a> Feed<'a> {
             module,
             sources,
             formats: vec![None; module.formats.len()],
+            shapes: records::FormatShapes::default(),
         })
     }
 }
@@ -532,6 +541,13 @@ struct Session<'a> {
     output_failed: bool,
     /// Serves procfs probes (`--http`), if the script has any.
     http: Option<crate::http::Server>,
+    /// Records of handler runs still going, by (feed, stream), with the
+    /// run's number: a run's output is handled as one unit when its last
+    /// record arrives (records.rs, "one unit per handler run").
+    held: BTreeMap<(usize, u32), (u32, Vec<Vec<u8>>)>,
+    /// Records of units dropped whole because one of their records was
+    /// lost (counted with the kernel's lost events).
+    partial_lost: u64,
 }
 
 impl Session<'_> {
@@ -574,11 +590,13 @@ impl Session<'_> {
             self.stop_kernel();
         }
         self.drain_all();
+        self.flush_held();
         let run_end = self.hooks.ending(&mut self.runtime);
         let over = run_end || self.error_ending;
         if live && over {
             self.stop_kernel();
             self.drain_all();
+            self.flush_held();
         }
         // End probes run in full after a first stop signal or `-T`.
         crate::stop::ending();
@@ -784,6 +802,12 @@ impl Session<'_> {
                 }
                 None => timeout_ms,
             };
+            // Handlers send output without waking us (emit/output.rs).
+            let timeout_ms = match (self.feeds.is_empty(), timeout_ms) {
+                (true, t) => t,
+                (false, t) if t < 0 => RING_POLL_MS,
+                (false, t) => t.min(RING_POLL_MS),
+            };
             // SAFETY: `fds` is a live array of initialised pollfds.
             let woken =
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -795,9 +819,7 @@ impl Session<'_> {
                 return self.stop_with_warning(&format!("poll failed: {err}"));
             }
             for feed in 0..self.feeds.len() {
-                if fds[RINGS + feed].revents != 0 {
-                    self.drain(feed);
-                }
+                self.drain(feed);
             }
             if fds[HTTP].revents != 0 {
                 self.serve_http();
@@ -839,14 +861,67 @@ impl Session<'_> {
 
     /// Handles every record waiting in one ring buffer.
     fn drain(&mut self, feed: usize) {
-        let mut records = Vec::new();
-        self.feeds[feed]
-            .ring
-            .consume(|bytes| records.push(bytes.to_vec()));
-        for bytes in records {
-            self.handle_record(feed, &bytes);
+        // One copy of the whole batch (the ring's space is given back as
+        // it is read), then one formatting pass and one write.
+        let mut batch = Vec::new();
+        let mut ends = Vec::new();
+        self.feeds[feed].ring.consume(|bytes| {
+            batch.extend_from_slice(bytes);
+            ends.push(batch.len());
+        });
+        let mut start = 0;
+        for end in ends {
+            self.take_record(feed, &batch[start..end]);
+            start = end;
         }
         self.flush_output();
+    }
+
+    /// Handles a record now, or holds it until its handler run's unit is
+    /// complete (records.rs: framing).
+    fn take_record(&mut self, feed: usize, bytes: &[u8]) {
+        let Some(framing) = records::framing(bytes) else {
+            return self.handle_record(feed, bytes);
+        };
+        if framing.stream == STANDALONE_STREAM {
+            return self.handle_record(feed, bytes);
+        }
+        let key = (feed, framing.stream);
+        // A unit is whole when its records all carry one run number and
+        // the last one came; else a record was lost and the rest is
+        // dropped (records.rs), never printed in part.
+        let mut unit = match self.held.remove(&key) {
+            Some((seq, records)) if seq == framing.seq => records,
+            Some((_, orphans)) => {
+                self.partial_lost += orphans.len() as u64;
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
+        if unit.is_empty() && !framing.more {
+            // The last record of a unit whose earlier records were lost.
+            self.partial_lost += u64::from(!framing.end);
+            return;
+        }
+        unit.push(bytes.to_vec());
+        if framing.more {
+            self.held.insert(key, (framing.seq, unit));
+            return;
+        }
+        if framing.end {
+            unit.pop();
+        }
+        for record in unit {
+            self.handle_record(feed, &record);
+        }
+    }
+
+    /// At the end: units whose last record never came (lost to a full
+    /// ring buffer, or a run cut short by the end) are dropped and counted.
+    fn flush_held(&mut self) {
+        for (_, (_, records)) in std::mem::take(&mut self.held) {
+            self.partial_lost += records.len() as u64;
+        }
     }
 
     /// Ships what the last handler or batch of events printed.
@@ -860,7 +935,8 @@ impl Session<'_> {
         let module = self.feeds[feed].module;
         let sources = self.feeds[feed].sources;
         let max_string_len = u32::try_from(module.limits.max_string_len).unwrap_or(u32::MAX);
-        let record = match records::decode(bytes, module, max_string_len) {
+        let shapes = &mut self.feeds[feed].shapes;
+        let record = match records::decode_with(bytes, module, max_string_len, shapes) {
             Ok(record) => record,
             Err(e) => {
                 let message = format!("dropped a malformed event from the kernel: {e}");
@@ -1120,6 +1196,11 @@ fn find_map<'l>(
         .find(|(spec, _)| role(&spec.role))
         .map(|(spec, fd)| (fd.as_fd(), spec.value_size))
 }
+
+/// How often the event loop reads the ring buffers when nothing wakes it:
+/// kernel handlers send printf output with `BPF_RB_NO_WAKEUP`, since a
+/// wakeup per record (an irq_work) costs the handler more than the record.
+const RING_POLL_MS: i32 = 10;
 
 fn events_size(object: &Object) -> u32 {
     object

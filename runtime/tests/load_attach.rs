@@ -94,6 +94,7 @@ fn counter_object(attach: AttachKind, overrun: bool, lines: Vec<(usize, Span)>) 
             stack_bytes: 4,
             func_info: vec![],
             line_info: vec![],
+            plain_subprograms: 0,
         }],
         btf: vec![],
     }

@@ -824,7 +824,11 @@ fn kernel_foreach_in_a_function_inlined_twice() {
     let (map, module) = lower_script(script);
     let object = bpf::compile_with_source(&module, &options(), &map)
         .unwrap_or_else(|d| panic!("{}", stap_lang::diag::render_plain(&map, &d)));
-    assert_eq!(object.programs[0].func_info.len(), 5, "four callbacks");
+    assert_eq!(
+        object.programs[0].func_info.len(),
+        6,
+        "four callbacks and the output flush subprogram"
+    );
     let fds = create_maps(&object);
     let (program, _) = load_btf(&object, &object.programs[0], &fds)
         .unwrap_or_else(|e| panic!("{e}\n{}", bpf::listing(&object, &map)));

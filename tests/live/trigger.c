@@ -16,6 +16,9 @@
  *                                    open PATH.missing read-only (ENOENT)
  *   trigger NAME chdirs N            N chdir(2) calls that fail (ENOENT), then
  *                                    read stdin until it closes
+ *   trigger NAME getppid N           fork once; parent and child each call
+ *                                    getppid N times (both CPUs busy in the
+ *                                    same syscall at once)
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -26,6 +29,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,6 +134,17 @@ static int sockops(int port) {
     return 0;
 }
 
+static int getppid_both(long n) {
+    pid_t child = fork();
+    if (child < 0) { perror("fork"); return 1; }
+    /* The raw syscall: no libc caching. */
+    for (long i = 0; i < n; i++) syscall(SYS_getppid);
+    if (child == 0) _exit(0);
+    int status;
+    if (waitpid(child, &status, 0) < 0) { perror("waitpid"); return 1; }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     prctl(PR_SET_NAME, argv[1], 0, 0, 0);
@@ -139,5 +155,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "sockops") == 0 && argc == 4) return sockops(atoi(argv[3]));
     if (strcmp(argv[2], "open") == 0 && argc == 4) return open_files(argv[3]);
     if (strcmp(argv[2], "chdirs") == 0 && argc == 4) return failing_chdirs_then_wait(atoi(argv[3]));
+    if (strcmp(argv[2], "getppid") == 0 && argc == 4) return getppid_both(atol(argv[3]));
     return usage();
 }

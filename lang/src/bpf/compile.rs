@@ -101,7 +101,7 @@ fn compile_in(
         MAP_RINGBUF,
         0,
         0,
-        EVENTS_BYTES,
+        events_bytes(options.cpus),
         MapRole::Events,
     ));
     maps.push(fixed(
@@ -187,6 +187,7 @@ fn compile_in(
                         })
                         .collect(),
                     line_info: Vec::new(),
+                    plain_subprograms: emitted.plain_subprograms,
                 });
             }
             Err(mut errors) => diags.append(&mut errors),
@@ -539,6 +540,7 @@ fn op_global(op: &Op) -> Option<GlobalId> {
         | Op::MapAdd { global, .. }
         | Op::MapDelete { global, .. }
         | Op::MapContains { global, .. }
+        | Op::MapInsert { global, .. }
         | Op::Clear { global }
         | Op::StatAdd { global, .. }
         | Op::StatGet { global, .. }

@@ -179,6 +179,13 @@ pub fn remap_op(op: &Op, f: &impl Fn(Reg) -> Reg) -> Op {
             *dst = f(*dst);
             *k = keys(k);
         }
+        Op::MapInsert {
+            dst, keys: k, src, ..
+        } => {
+            *dst = f(*dst);
+            *k = keys(k);
+            *src = f(*src);
+        }
         Op::MapSet { keys: k, src, .. } => {
             *k = keys(k);
             *src = f(*src);

@@ -64,6 +64,8 @@ pub const PSEUDO_MAP_VALUE: u8 = 2;
 /// `ld_imm64` of a BPF function's address (a callback); `imm` is the
 /// target's offset from the next instruction, as for a pseudo call.
 pub const PSEUDO_FUNC: u8 = 4;
+/// `src_reg` of a call to a function in the same program.
+pub const PSEUDO_CALL: u8 = 1;
 
 /// Registers.
 pub const R0: u8 = 0;
@@ -247,6 +249,12 @@ impl Insn {
         Insn::new(JMP | CALL, 0, 0, 0, helper)
     }
 
+    /// A BPF-to-BPF call (`BPF_PSEUDO_CALL`): `offset` instructions past
+    /// the next one.
+    pub fn call_local(offset: i32) -> Insn {
+        Insn::new(JMP | CALL, 0, PSEUDO_CALL, 0, offset)
+    }
+
     pub fn exit() -> Insn {
         Insn::new(JMP | EXIT, 0, 0, 0, 0)
     }
@@ -397,6 +405,13 @@ pub fn disassemble(insns: &[u64], index: usize) -> String {
             let target = index as i64 + 1 + insn.off as i64;
             match op {
                 JA => format!("goto {target}"),
+                CALL if insn.src == PSEUDO_CALL => {
+                    format!(
+                        "call pc{:+} ({target_fn})",
+                        insn.imm,
+                        target_fn = index as i64 + 1 + insn.imm as i64
+                    )
+                }
                 CALL => match helper::name(insn.imm) {
                     Some(name) => format!("call {name}#{}", insn.imm),
                     None => format!("call #{}", insn.imm),

@@ -48,5 +48,14 @@ pub const NESTING_LEVELS: u32 = 4;
 /// A per-CPU map value may not exceed 32 KiB (`PCPU_MIN_UNIT_SIZE`).
 pub const MAX_SCRATCH_BYTES: u32 = 32 * 1024;
 
-/// Default ring buffer size: 1 MiB (a power-of-two number of pages).
-pub const EVENTS_BYTES: u32 = 1 << 20;
+/// The ring buffer's size for `cpus` CPUs: 4 MiB per CPU, at least 8 MiB
+/// and at most 32 MiB (a power-of-two number of pages). Every CPU's
+/// handlers write into it at once while one host thread reads it, so the
+/// room for a burst grows with the producers; at 1 MiB, a printf per
+/// getppid on one CPU outran the host and lost about 10 % of its events
+/// (bench/analysis.md).
+pub fn events_bytes(cpus: u32) -> u32 {
+    const PER_CPU: u64 = 4 << 20;
+    let wanted = (u64::from(cpus.max(1)) * PER_CPU).next_power_of_two();
+    wanted.clamp(8 << 20, 32 << 20) as u32
+}

@@ -188,13 +188,17 @@ pub struct Program {
     /// Script lines per instruction, strings in `Object::btf`; empty when
     /// compiled without the source map.
     pub line_info: Vec<btf::LineInfo>,
+    /// How many of `func_info`'s functions are plain subprograms (called,
+    /// not handed to a helper as callbacks).
+    pub plain_subprograms: usize,
 }
 
 impl Program {
     /// A program with callbacks (kernel `foreach`) cannot load without
-    /// program BTF; others only lose line info in verifier logs.
+    /// program BTF; others (plain subprograms included) only lose line
+    /// info in verifier logs.
     pub fn needs_btf(&self) -> bool {
-        self.func_info.len() > 1
+        self.func_info.len() > 1 + self.plain_subprograms
     }
 }
 

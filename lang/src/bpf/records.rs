@@ -35,6 +35,24 @@
 //!   strings MAXSTRINGLEN bytes, at least 8), padded to 8. The host prints
 //!   the histogram of that element as it is in the map when it handles
 //!   the record.
+//! - [`KIND_END`]: no payload; the handler run that sent [`FLAG_MORE`]
+//!   records on this stream is over (see below).
+//!
+//! **One unit per handler run.** stap buffers a handler's output and ships
+//! it whole, so two handlers' lines never interleave. The ring buffer is
+//! shared by every CPU, so the kind word also carries framing: the kind in
+//! its low byte ([`KIND_MASK`]), [`FLAG_MORE`] when more records of the same
+//! handler run follow, the run's number on its stream modulo 128
+//! ([`SEQ_SHIFT`]), and the run's stream (`cpu * NESTING_LEVELS + nesting
+//! level`, unique among the runs in flight) in the top 16 bits. The host
+//! holds `FLAG_MORE` records per stream and handles them, in order, when
+//! the stream's next record without the flag arrives (the run's last
+//! record, or a [`KIND_END`] that carries nothing). A unit that lost a
+//! record to a full ring buffer (a run number that changes mid-unit) is
+//! dropped whole and counted as lost, as stap drops a handler's buffer
+//! whole: never printed in part. A handler that sends one
+//! record (the common case) sends it on [`STANDALONE_STREAM`], with no
+//! CPU lookup.
 
 use crate::ir::GlobalId;
 use crate::ir::{FormatId, Module, StrId, SymbolText, ValType};
@@ -49,6 +67,39 @@ pub const KIND_ERROR: u32 = 3;
 pub const KIND_HIST: u32 = 4;
 /// `abort()`: no payload; the session ends at once, without end probes.
 pub const KIND_ABORT: u32 = 5;
+pub const KIND_END: u32 = 6;
+
+/// The kind word: kind, framing flag, stream (see the module comment).
+pub const KIND_MASK: u32 = 0xff;
+pub const FLAG_MORE: u32 = 1 << 8;
+pub const SEQ_SHIFT: u32 = 9;
+pub const SEQ_MASK: u32 = 0x7f;
+pub const STREAM_SHIFT: u32 = 16;
+/// The stream of a record that is its handler run's whole output.
+pub const STANDALONE_STREAM: u32 = 0xffff;
+
+/// A record's place in its handler run's unit (the kind word's framing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Framing {
+    pub stream: u32,
+    /// The run's number on its stream (modulo 128).
+    pub seq: u32,
+    /// More records of this run follow: hold this one.
+    pub more: bool,
+    /// A [`KIND_END`] marker: nothing to handle besides the held records.
+    pub end: bool,
+}
+
+/// The framing of a record (`None` when it is too short for a header).
+pub fn framing(bytes: &[u8]) -> Option<Framing> {
+    let word = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+    Some(Framing {
+        stream: word >> STREAM_SHIFT,
+        seq: (word >> SEQ_SHIFT) & SEQ_MASK,
+        more: word & FLAG_MORE != 0,
+        end: word & KIND_MASK == KIND_END,
+    })
+}
 
 /// The histogram a [`KIND_HIST`] record prints.
 pub const HIST_LOG: u32 = 0;
@@ -310,6 +361,38 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// What a printf record's arguments are, per format, parsed once: a host
+/// reading a million records a second should not parse the format of
+/// each.
+#[derive(Debug, Default)]
+pub struct FormatShapes {
+    shapes: Vec<Option<Vec<(ArgKind, Option<printf::MemoryArg>)>>>,
+}
+
+impl FormatShapes {
+    fn get(
+        &mut self,
+        module: &Module,
+        id: u32,
+    ) -> Result<&[(ArgKind, Option<printf::MemoryArg>)], DecodeError> {
+        let index = id as usize;
+        let format = module
+            .formats
+            .get(index)
+            .ok_or(DecodeError::UnknownFormat(id))?;
+        if self.shapes.len() < module.formats.len() {
+            self.shapes.resize(module.formats.len(), None);
+        }
+        let slot = &mut self.shapes[index];
+        if slot.is_none() {
+            let pieces = printf::parse(&format.text).map_err(|_| DecodeError::UnknownFormat(id))?;
+            let memory = printf::memory_args(&pieces);
+            *slot = Some(printf::arg_kinds(&pieces).into_iter().zip(memory).collect());
+        }
+        Ok(slot.as_deref().unwrap_or_default())
+    }
+}
+
 /// Decodes one record as the emitter wrote it. `bytes` is the ring-buffer
 /// sample; anything malformed is an error, never a panic.
 pub fn decode<'a>(
@@ -317,8 +400,18 @@ pub fn decode<'a>(
     module: &Module,
     max_string_len: u32,
 ) -> Result<Record<'a>, DecodeError> {
+    decode_with(bytes, module, max_string_len, &mut FormatShapes::default())
+}
+
+/// [`decode`], with the formats' shapes kept in `shapes` across records.
+pub fn decode_with<'a>(
+    bytes: &'a [u8],
+    module: &Module,
+    max_string_len: u32,
+    shapes: &mut FormatShapes,
+) -> Result<Record<'a>, DecodeError> {
     let mut reader = Reader { bytes, at: 0 };
-    let kind = reader.u32()?;
+    let kind = reader.u32()? & KIND_MASK;
     let id = reader.u32()?;
     let probe = reader.u32()?;
     let len = reader.u32()?;
@@ -332,14 +425,9 @@ pub fn decode<'a>(
     reader.bytes = &bytes[..len];
     let body = match kind {
         KIND_PRINTF => {
-            let format = module
-                .formats
-                .get(id as usize)
-                .ok_or(DecodeError::UnknownFormat(id))?;
-            let pieces = printf::parse(&format.text).map_err(|_| DecodeError::UnknownFormat(id))?;
-            let mut args = Vec::new();
-            let memory = printf::memory_args(&pieces);
-            for (kind, memory) in printf::arg_kinds(&pieces).into_iter().zip(memory) {
+            let shape = shapes.get(module, id)?;
+            let mut args = Vec::with_capacity(shape.len());
+            for &(kind, memory) in shape {
                 args.push(match kind {
                     ArgKind::Long if memory.is_some() => {
                         let tag = reader.u32()?;

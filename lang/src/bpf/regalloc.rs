@@ -63,7 +63,7 @@ pub fn op_uses(op: &Op) -> Vec<Reg> {
         | Op::MapContains { keys, .. }
         | Op::StatGet { keys, .. }
         | Op::PrintHist { keys, .. } => keys.clone(),
-        Op::MapSet { keys, src, .. } => with(keys, *src),
+        Op::MapSet { keys, src, .. } | Op::MapInsert { keys, src, .. } => with(keys, *src),
         Op::MapAdd { keys, delta, .. } => with(keys, *delta),
         Op::StatAdd { keys, value, .. } => with(keys, *value),
         Op::Clear { .. } | Op::Exit | Op::Tick => vec![],
@@ -102,6 +102,7 @@ pub fn op_defs(op: &Op) -> Vec<Reg> {
         | Op::LoadGlobal { dst, .. }
         | Op::MapGet { dst, .. }
         | Op::MapContains { dst, .. }
+        | Op::MapInsert { dst, .. }
         | Op::StatGet { dst, .. }
         | Op::Sprintf { dst, .. }
         | Op::ContextArg { dst, .. }

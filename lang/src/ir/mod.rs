@@ -442,6 +442,17 @@ pub enum Op {
         global: GlobalId,
         keys: Vec<Reg>,
     },
+    /// Test-and-set in kernel code (`if (!(k in a)) { a[k] = v; ... }`,
+    /// `sema::concurrency`): stores `src` only if the element is missing,
+    /// atomically. `dst` = 1 when this store created it, 0 when it was
+    /// there (left as it was). A full array is the overflow error, as for
+    /// a plain store.
+    MapInsert {
+        dst: Reg,
+        global: GlobalId,
+        keys: Vec<Reg>,
+        src: Reg,
+    },
     /// `delete arr`, or `delete scalar` (reset to 0 / "" / empty stats).
     Clear {
         global: GlobalId,

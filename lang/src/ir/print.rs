@@ -380,6 +380,17 @@ impl Printer<'_> {
             Op::MapContains { dst, global, keys } => {
                 format!("{} = map_contains {}", reg(*dst), self.keyed(*global, keys))
             }
+            Op::MapInsert {
+                dst,
+                global,
+                keys,
+                src,
+            } => format!(
+                "{} = map_insert {} = {}",
+                reg(*dst),
+                self.keyed(*global, keys),
+                reg(*src)
+            ),
             Op::Clear { global } => format!("clear {}", self.global_name(*global)),
             Op::StatAdd {
                 global,

@@ -11,6 +11,7 @@
 //! - [`print`]: the `-p2` listing.
 
 pub mod builtins;
+pub mod concurrency;
 mod context;
 mod elide;
 pub mod hir;
@@ -143,6 +144,8 @@ pub fn elaborate_with(
         defines: opts.defines.clone(),
         needs,
     };
+    let mut diags = diags;
+    diags.extend(dedup(concurrency::check(&program)));
     (Some(program), diags)
 }
 

@@ -618,6 +618,13 @@ impl FnTranslator<'_> {
                     self.f.name
                 )));
             }
+            // Host probes run one at a time: lowering keeps the plain test.
+            Op::MapInsert { .. } => {
+                return Err(JitError::new(format!(
+                    "{}: a kernel test-and-set in host code",
+                    self.f.name
+                )));
+            }
         }
         let _ = self.module;
         Ok(())

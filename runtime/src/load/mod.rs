@@ -522,6 +522,7 @@ mod tests {
             stack_bytes: 0,
             func_info: vec![],
             line_info: vec![],
+            plain_subprograms: 0,
         }
     }
 

@@ -112,6 +112,41 @@ impl Emitter<'_> {
         self.fail(records::ERROR_ARRAY_OVERFLOW, None);
     }
 
+    /// Test-and-set: a present key needs no insert (a plain lookup, the
+    /// common case once the key exists); a missing one gets one
+    /// `BPF_NOEXIST` update, atomic under the map's bucket lock, so of
+    /// concurrent hits exactly one sees it missing. r0 = 1 when this hit
+    /// inserted it. A full map is stap's array overflow error.
+    pub(super) fn map_insert(&mut self, dst: Reg, global: GlobalId, keys: &[Reg], src: Reg) {
+        let present = self.new_label();
+        let inserted = self.new_label();
+        let done = self.new_label();
+        self.lookup_setup(global, keys);
+        self.call(helper::MAP_LOOKUP_ELEM);
+        self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), present);
+        self.key_args(global, keys.is_empty());
+        match self.function.reg_type(src) {
+            ValType::Long => {
+                let s = self.operand(src, R3);
+                self.push(Insn::store(DW, FP, FRAME_TMP, s));
+                self.frame_ptr(R3, FRAME_TMP);
+            }
+            ValType::Str => self.str_addr(src, R3),
+        }
+        self.push(Insn::mov_imm(R4, 1)); // BPF_NOEXIST
+        self.call(helper::MAP_UPDATE_ELEM);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), inserted);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, -17, 0), present); // -EEXIST
+        self.overflow();
+        self.bind(inserted);
+        self.push(Insn::mov_imm(R1, 1));
+        self.goto(done);
+        self.bind(present);
+        self.push(Insn::mov_imm(R1, 0));
+        self.bind(done);
+        self.set_result(dst, R1);
+    }
+
     /// After a helper returning 0 or -errno in r0: bump a counter on error.
     pub(super) fn count_if_failed(&mut self, counter: u32) {
         let ok = self.new_label();

@@ -98,9 +98,11 @@ pub(super) struct Emitted {
     pub stack_bytes: u32,
     /// Bytes of the scratch region this handler uses (0 = none).
     pub scratch_bytes: u32,
-    /// First instruction of each callback (kernel `foreach` bodies), in
-    /// order; the handler itself starts at 0.
+    /// First instruction of each callback (kernel `foreach` bodies) and
+    /// plain subprogram, in order; the handler itself starts at 0.
     pub callbacks: Vec<usize>,
+    /// How many of `callbacks` are plain subprograms.
+    pub plain_subprograms: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,8 +134,20 @@ struct ScratchLayout {
     loops: u32,
     /// A captured stack (`stack.rs`): frame bytes, tgid, frames.
     stack: u32,
+    /// Output framing state (`output.rs`, present when `record_bytes > 0`):
+    /// a `u64` [`HELD_SENT`] | held record length, then the `u32` nesting
+    /// level and the `u32` run number on this stream (kept across runs:
+    /// the region persists).
+    out: u32,
+    record_bytes: u32,
     size: u32,
 }
+
+/// The framing state's bit saying a record of this run already went out
+/// with `FLAG_MORE`; its low 16 bits are the length of the record held in
+/// scratch (0: none). Records are shorter than 64 KiB (scratch is 32).
+const HELD_SENT: i32 = 1 << 30;
+const HELD_LEN_MASK: i32 = 0xffff;
 
 /// How the handler reaches its context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +210,7 @@ pub(super) fn emit_probe(
         diags: Vec::new(),
         scratch: ScratchLayout::default(),
         epilogue: Label(0),
+        release: Label(0),
         out_of_bounds,
         regions: Vec::new(),
         block_owner: Vec::new(),
@@ -207,6 +222,7 @@ pub(super) fn emit_probe(
         clear_callback: None,
         current_block: 0,
         frame_labels: Vec::new(),
+        flush_sub: None,
         task: options.kernel.task,
         pointer_slots: options.kernel.pointer_slots(probe_index),
     };
@@ -230,6 +246,11 @@ pub(super) fn emit_probe(
     if emitter.clear_callback.is_some() {
         // The `delete ARRAY` callback's frame: empty, rounded up to 32.
         stack_bytes = stack_bytes.div_ceil(32) * 32 + 32;
+    }
+    if emitter.flush_sub.is_some() {
+        // The flush subprogram's frame (24 bytes, rounded up to 32) under
+        // the handler's own; callbacks flush inline.
+        stack_bytes = stack_bytes.max(frame_bytes.div_ceil(32) * 32 + 32);
     }
     if stack_bytes > MAX_STACK {
         let callbacks = if depth > 0 {
@@ -271,6 +292,7 @@ pub(super) fn emit_probe(
         stack_bytes,
         scratch_bytes: emitter.scratch.size,
         callbacks,
+        plain_subprograms: usize::from(emitter.flush_sub.is_some()),
     })
 }
 
@@ -357,6 +379,8 @@ struct Emitter<'a> {
     diags: Vec<Diagnostic>,
     scratch: ScratchLayout,
     epilogue: Label,
+    /// After the epilogue's output flush: gives the nesting level back.
+    release: Label,
     out_of_bounds: bool,
     /// Kernel `foreach` loops (`foreach.rs`).
     regions: Vec<foreach::Region>,
@@ -381,6 +405,8 @@ struct Emitter<'a> {
     /// Block labels of the BPF function being emitted (a callback maps
     /// its loop's header and exit to its own returns).
     frame_labels: Vec<Label>,
+    /// The subprogram that sends a held record (`output.rs`), once used.
+    flush_sub: Option<Label>,
     /// BTF offsets for `ppid()`/`euid()`.
     task: super::facts::TaskLayout,
     /// Context slots that may hold BTF-typed pointers (`facts.rs`).
@@ -621,6 +647,7 @@ impl Emitter<'_> {
                     | Op::MapAdd { global, keys, .. }
                     | Op::MapDelete { global, keys, .. }
                     | Op::MapContains { global, keys, .. }
+                    | Op::MapInsert { global, keys, .. }
                     | Op::StatGet { global, keys, .. }
                     | Op::StatAdd { global, keys, .. }
                     | Op::PrintHist { global, keys, .. } => {
@@ -700,7 +727,15 @@ impl Emitter<'_> {
         };
         layout.key = take(key);
         layout.value = take(value);
+        if record > 0 {
+            // Room for an error record too: framed handlers hold theirs.
+            record = record.max(HEADER_BYTES + records::ERROR_SPAN_BYTES + 8);
+        }
         layout.record = take(record);
+        layout.record_bytes = record.div_ceil(8) * 8;
+        if record > 0 {
+            layout.out = take(16);
+        }
         layout.sprintf = take(sprintf);
         layout.loops = take(foreach::loops_bytes(&self.regions));
         layout.stack = take(if stack { records::STACK_BYTES } else { 0 });
@@ -733,6 +768,7 @@ impl Emitter<'_> {
 
     fn function_body(&mut self) {
         self.epilogue = self.new_label();
+        self.release = self.new_label();
         let bail = self.new_label();
         let function = self.function;
         let block_labels: Vec<Label> = function.blocks.iter().map(|_| self.new_label()).collect();
@@ -744,8 +780,11 @@ impl Emitter<'_> {
             .filter(|b| self.reachable[*b] && self.block_owner.get(*b).copied().flatten().is_none())
             .collect();
         self.emit_blocks(&order, &block_labels, self.out_of_bounds);
-        // Shared exit: give the nesting level back.
+        // Shared exit: the held record goes out, then the nesting level
+        // is given back.
         self.bind(self.epilogue);
+        self.flush_output_unit();
+        self.bind(self.release);
         if self.scratch.size > 0 {
             self.push(Insn::load(DW, R1, FP, FRAME_COUNTERS));
             self.push(Insn::load(DW, R2, R1, (COUNTER_DEPTH * 8) as i16));
@@ -758,6 +797,7 @@ impl Emitter<'_> {
         self.push(Insn::exit());
         self.emit_callbacks(&block_labels);
         self.emit_clear_callback();
+        self.emit_flush_sub();
     }
 
     /// Emits `order`'s blocks in one BPF function; jumps go to `labels`.
@@ -829,8 +869,19 @@ impl Emitter<'_> {
         self.ld_map(R1, self.maps.scratch);
         self.frame_ptr(R2, FRAME_TMP);
         self.call(helper::MAP_LOOKUP_ELEM);
-        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), self.epilogue);
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), self.release);
         self.push(Insn::store(DW, FP, FRAME_SCRATCH, R0));
+        if self.scratch.record_bytes > 0 {
+            // Nothing held or sent yet; the level names this run's stream,
+            // and the run gets the next number on it.
+            let out = self.scratch.out as i16;
+            self.push(Insn::store_imm(DW, R0, out, 0));
+            self.push(Insn::load(W, R1, FP, FRAME_TMP));
+            self.push(Insn::store(W, R0, out + 8, R1));
+            self.push(Insn::load(W, R1, R0, out + 12));
+            self.push(Insn::alu64_imm(insn::ADD, R1, 1));
+            self.push(Insn::store(W, R0, out + 12, R1));
+        }
         // Strings read before written are "" (the slots hold old data).
         for reg in self.alloc.entry_live.clone() {
             if self.function.reg_type(reg) == ValType::Str {
@@ -995,6 +1046,12 @@ impl Emitter<'_> {
                 self.push(Insn::mov_imm(R0, 1));
                 self.set_result(*dst, R0);
             }
+            Op::MapInsert {
+                dst,
+                global,
+                keys,
+                src,
+            } => self.map_insert(*dst, *global, keys, *src),
             Op::Clear { global } => self.clear(*global),
             Op::StatAdd {
                 global,

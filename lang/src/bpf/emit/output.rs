@@ -4,11 +4,15 @@
 use super::*;
 use crate::printf;
 
+/// `BPF_RB_NO_WAKEUP`.
+const RINGBUF_NO_WAKEUP: i32 = 1;
+
 impl Emitter<'_> {
     /// Sends the 16-byte header (+ payload already at `FRAME_SMALL + 16`)
     /// from the stack.
     pub(super) fn send_small_record(&mut self, kind: u32, id: u32, len: u32) {
         let header = [kind, id, self.probe, len];
+        let framed = self.framed();
         for (i, word) in header.iter().enumerate() {
             self.push(Insn::store_imm(
                 W,
@@ -17,12 +21,39 @@ impl Emitter<'_> {
                 *word as i32,
             ));
         }
+        if framed {
+            // The held record goes first; this one is not the run's last
+            // (the epilogue ends the unit).
+            self.flush_held();
+            self.framing_bits(records::FLAG_MORE);
+            self.push(Insn::load(W, R1, FP, FRAME_SMALL));
+            self.push(Insn::alu64_reg(insn::OR, R1, R0));
+            self.push(Insn::store(W, FP, FRAME_SMALL, R1));
+            self.scratch_addr(R1, self.scratch.out);
+            self.push(Insn::store_imm(DW, R1, 0, HELD_SENT));
+        }
         self.ld_map(R1, self.maps.events);
         self.frame_ptr(R2, FRAME_SMALL);
         self.push(Insn::mov_imm(R3, len as i32));
         self.push(Insn::mov_imm(R4, 0));
         self.call(helper::RINGBUF_OUTPUT);
-        self.count_if_failed(COUNTER_LOST_EVENTS);
+        if framed {
+            self.count_lost_framed();
+        } else {
+            self.count_if_failed(COUNTER_LOST_EVENTS);
+        }
+    }
+
+    /// After `ringbuf_output` in a framed handler: counts a lost record
+    /// through the counters pointer the frame keeps (a framed handler has
+    /// its scratch level, so the pointer is set).
+    fn count_lost_framed(&mut self) {
+        let ok = self.new_label();
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
+        self.push(Insn::load(DW, R1, FP, FRAME_COUNTERS));
+        self.push(Insn::mov_imm(R2, 1));
+        self.push(Insn::atomic_add64(R1, (COUNTER_LOST_EVENTS * 8) as i16, R2));
+        self.bind(ok);
     }
 
     /// `exit()`: clears the run flag first, so that no new handler starts
@@ -82,9 +113,27 @@ impl Emitter<'_> {
     }
 
     /// An error record for the current span, with an optional address.
+    /// Every caller then ends the run (goes to the epilogue).
     pub(super) fn error_record(&mut self, kind: u32, address: Option<Reg>) {
         let span = self.span;
         let words = [span.file.0, span.start, span.end, 0];
+        if self.framed() {
+            // Built in scratch and held like a printf: the epilogue sends
+            // it as the unit's last record.
+            self.flush_held();
+            let len = HEADER_BYTES + records::ERROR_SPAN_BYTES + 8 * address.is_some() as u32;
+            let header = [records::KIND_ERROR, kind, self.probe, len];
+            self.scratch_addr(R1, self.scratch.record);
+            for (i, word) in header.iter().chain(&words).enumerate() {
+                self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+            }
+            if let Some(address) = address {
+                let a = self.operand(address, R2);
+                self.push(Insn::store(DW, R1, 32, a));
+            }
+            self.send_record(RecordOffset::Fixed(len));
+            return;
+        }
         for (i, word) in words.iter().enumerate() {
             self.push(Insn::store_imm(
                 W,
@@ -117,6 +166,7 @@ impl Emitter<'_> {
 
     /// An error-kind record (`error`, `warn`) carrying a message.
     pub(super) fn message_record(&mut self, kind: u32, message: Reg) {
+        self.flush_held();
         let span = self.span;
         let base = self.scratch.record;
         self.scratch_addr(R1, base);
@@ -198,7 +248,9 @@ impl Emitter<'_> {
         RecordOffset::Running
     }
 
-    /// Writes the length into the header and outputs the scratch record.
+    /// Writes the length into the header of the scratch record and holds
+    /// it there: it goes out when the next record is built or at the
+    /// epilogue, which then knows whether it was the run's last.
     pub(super) fn send_record(&mut self, offset: RecordOffset) {
         self.scratch_addr(R2, self.scratch.record);
         match offset {
@@ -206,13 +258,176 @@ impl Emitter<'_> {
             RecordOffset::Running => self.push(Insn::load(DW, R3, FP, FRAME_RECORD_OFFSET)),
         }
         self.push(Insn::store(W, R2, 12, R3));
+        // state = (state & HELD_SENT) | len
+        self.scratch_addr(R1, self.scratch.out);
+        self.push(Insn::load(DW, R2, R1, 0));
+        self.push(Insn::alu64_imm(insn::AND, R2, HELD_SENT));
+        self.push(Insn::alu64_reg(insn::OR, R2, R3));
+        self.push(Insn::store(DW, R1, 0, R2));
+    }
+
+    /// Whether this handler builds records in scratch, and so frames its
+    /// output into one unit per run (records.rs). Handlers without scratch
+    /// records send small ones only, each standalone.
+    fn framed(&self) -> bool {
+        self.scratch.record_bytes > 0
+    }
+
+    /// r0 = `stream << STREAM_SHIFT | seq << SEQ_SHIFT | flags` for this
+    /// run (clobbers r1-r5).
+    fn framing_bits(&mut self, flags: u32) {
+        self.call(helper::GET_SMP_PROCESSOR_ID);
+        self.push(Insn::alu64_imm(insn::MUL, R0, maps::NESTING_LEVELS as i32));
+        self.scratch_addr(R2, self.scratch.out);
+        self.push(Insn::load(W, R1, R2, 8));
+        self.push(Insn::alu64_reg(insn::ADD, R0, R1));
+        // Stream 0xffff is reserved for standalone records.
+        self.push(Insn::alu64_imm(insn::AND, R0, 0x7fff));
+        self.push(Insn::alu64_imm(insn::LSH, R0, records::STREAM_SHIFT as i32));
+        self.push(Insn::load(W, R1, R2, 12));
+        self.push(Insn::alu64_imm(insn::AND, R1, records::SEQ_MASK as i32));
+        self.push(Insn::alu64_imm(insn::LSH, R1, records::SEQ_SHIFT as i32));
+        self.push(Insn::alu64_reg(insn::OR, R0, R1));
+        if flags != 0 {
+            self.push(Insn::alu64_imm(insn::OR, R0, flags as i32));
+        }
+    }
+
+    /// Sends the held scratch record with the framing bits in r0 ORed into
+    /// its kind word; the state becomes `after`.
+    fn send_held(&mut self, after: i32) {
+        let skip = self.new_label();
+        self.scratch_addr(R1, self.scratch.record);
+        self.push(Insn::load(W, R2, R1, 0));
+        self.push(Insn::alu64_reg(insn::OR, R2, R0));
+        self.push(Insn::store(W, R1, 0, R2));
+        self.scratch_addr(R1, self.scratch.out);
+        self.push(Insn::load(DW, R3, R1, 0));
+        self.push(Insn::store_imm(DW, R1, 0, after));
+        // Bounds the length for the verifier (a map value is unknown to it).
+        self.push(Insn::alu64_imm(insn::AND, R3, HELD_LEN_MASK));
+        self.jump(Insn::jump_imm(insn::JEQ, R3, 0, 0), skip);
+        self.jump(
+            Insn::jump_imm(insn::JGT, R3, self.scratch.record_bytes as i32, 0),
+            skip,
+        );
+        self.scratch_addr(R2, self.scratch.record);
         self.ld_map(R1, self.maps.events);
+        // No wakeup: the host looks every few milliseconds anyway
+        // (session.rs, RING_POLL_MS), and a reader that keeps up would
+        // otherwise be woken, through an irq_work, once per record.
+        self.push(Insn::mov_imm(R4, RINGBUF_NO_WAKEUP));
+        self.call(helper::RINGBUF_OUTPUT);
+        self.count_lost_framed();
+        self.bind(skip);
+    }
+
+    /// Before a record is built in scratch (or a small one sent): the held
+    /// record goes out, now known not to be the run's last. In the handler,
+    /// one call of a shared subprogram, so each output site costs three
+    /// instructions; inline in `foreach` callbacks, whose frames already
+    /// sit deeper on the 512-byte stack.
+    pub(super) fn flush_held(&mut self) {
+        if !self.framed() {
+            return;
+        }
+        if self.in_callback {
+            self.flush_held_body();
+            return;
+        }
+        let sub = match self.flush_sub {
+            Some(label) => label,
+            None => {
+                let label = self.new_label();
+                self.flush_sub = Some(label);
+                label
+            }
+        };
+        self.push(Insn::load(DW, R1, FP, FRAME_SCRATCH));
+        self.push(Insn::load(DW, R2, FP, FRAME_COUNTERS));
+        self.func_fixups.push((self.insns.len(), sub));
+        self.push(Insn::call_local(0));
+    }
+
+    /// `void flush(scratch, counters)`: sends the held record, if any,
+    /// with `FLAG_MORE`. Its frame keeps the two pointers where the
+    /// handler's does, so the code is the handler's own.
+    pub(super) fn emit_flush_sub(&mut self) {
+        let Some(label) = self.flush_sub else {
+            return;
+        };
+        self.bind(label);
+        self.callback_starts.push((self.insns.len(), usize::MAX));
+        self.force_span(self.function.span);
+        self.push(Insn::store(DW, FP, FRAME_SCRATCH, R1));
+        self.push(Insn::store(DW, FP, FRAME_COUNTERS, R2));
+        self.flush_held_body();
+        self.push(Insn::mov_imm(R0, 0));
+        self.push(Insn::exit());
+    }
+
+    fn flush_held_body(&mut self) {
+        let none = self.new_label();
+        self.scratch_addr(R1, self.scratch.out);
+        self.push(Insn::load(DW, R1, R1, 0));
+        self.push(Insn::alu64_imm(insn::AND, R1, HELD_LEN_MASK));
+        self.jump(Insn::jump_imm(insn::JEQ, R1, 0, 0), none);
+        self.framing_bits(records::FLAG_MORE);
+        self.send_held(HELD_SENT);
+        self.bind(none);
+    }
+
+    /// The epilogue: ends this run's output unit. A run that held one
+    /// record and sent nothing before sends it standalone (no CPU lookup:
+    /// the common one-printf handler pays nothing for the framing); one
+    /// that sent `FLAG_MORE` records sends the held one as their last, or
+    /// a `KIND_END` marker when nothing is held.
+    pub(super) fn flush_output_unit(&mut self) {
+        if !self.framed() {
+            return;
+        }
+        let done = self.new_label();
+        let grouped = self.new_label();
+        let marker = self.new_label();
+        self.scratch_addr(R1, self.scratch.out);
+        self.push(Insn::load(DW, R1, R1, 0));
+        self.jump(Insn::jump_imm(insn::JEQ, R1, 0, 0), done);
+        self.jump(Insn::jump_imm(insn::JSET, R1, HELD_SENT, 0), grouped);
+        self.push(Insn::mov_imm(R0, records::STANDALONE_STREAM as i32));
+        self.push(Insn::alu64_imm(insn::LSH, R0, records::STREAM_SHIFT as i32));
+        self.send_held(0);
+        self.goto(done);
+        self.bind(grouped);
+        self.push(Insn::alu64_imm(insn::AND, R1, HELD_LEN_MASK));
+        self.jump(Insn::jump_imm(insn::JEQ, R1, 0, 0), marker);
+        self.framing_bits(0);
+        self.send_held(0);
+        self.goto(done);
+        self.bind(marker);
+        let header = [records::KIND_END, 0, self.probe, HEADER_BYTES];
+        for (i, word) in header.iter().enumerate() {
+            self.push(Insn::store_imm(
+                W,
+                FP,
+                FRAME_SMALL + 4 * i as i16,
+                *word as i32,
+            ));
+        }
+        self.framing_bits(0);
+        self.push(Insn::load(W, R1, FP, FRAME_SMALL));
+        self.push(Insn::alu64_reg(insn::OR, R1, R0));
+        self.push(Insn::store(W, FP, FRAME_SMALL, R1));
+        self.ld_map(R1, self.maps.events);
+        self.frame_ptr(R2, FRAME_SMALL);
+        self.push(Insn::mov_imm(R3, HEADER_BYTES as i32));
         self.push(Insn::mov_imm(R4, 0));
         self.call(helper::RINGBUF_OUTPUT);
-        self.count_if_failed(COUNTER_LOST_EVENTS);
+        self.count_lost_framed();
+        self.bind(done);
     }
 
     pub(super) fn printf(&mut self, format: u32, args: &[PrintArg]) {
+        self.flush_held();
         self.scratch_addr(R1, self.scratch.record);
         let header = [records::KIND_PRINTF, format, self.probe];
         for (i, word) in header.iter().enumerate() {
@@ -345,6 +560,7 @@ impl Emitter<'_> {
             self.key_bytes(global)
         };
         let len = HEADER_BYTES + 8 + key_bytes.div_ceil(8) * 8;
+        self.flush_held();
         if !keys.is_empty() {
             self.write_key(global, keys);
         }

@@ -10,6 +10,7 @@ use crate::ir::{
     BinOp, CmpOp, Failure, HistKind, LinearHist, Op, Reg, StatValue, Term, UnOp, ValType,
 };
 use crate::sema::builtins::REGEX_MATCH;
+use crate::sema::concurrency;
 use crate::sema::hir::{AccessBase, ContextSource, Expr, ExprKind, FunctionMechanism, GlobalId};
 use crate::sema::hir::{Placement, ProbeKind, Type};
 use crate::source::Span;
@@ -405,6 +406,13 @@ impl FnLowering<'_, '_> {
                 Some(v)
             }
             AssignOp::Set => {
+                // `x = x + e` is `x += e`: one atomic add (sema/concurrency.rs).
+                if !want
+                    && let Some((delta, negate)) = concurrency::add_form(target, value)
+                    && self.atomic_add(target, Some(delta), negate, span)
+                {
+                    return None;
+                }
                 let place = self.place(target)?;
                 let v = self.value(value);
                 self.store(place, v, span);

@@ -5,7 +5,8 @@
 use super::{FnLowering, LoopTargets};
 use crate::ast::{SortDir, StatOp};
 use crate::diag::Diagnostic;
-use crate::ir::{IterId, Op, Sort, SortBy, StatValue, Term};
+use crate::ir::{IterId, Op, Sort, SortBy, StatValue, Term, ValType};
+use crate::sema::concurrency::{self, TestAndSet};
 use crate::sema::hir::{Block, Delete, Foreach, Stmt, StmtKind, Type};
 use crate::source::Span;
 
@@ -13,6 +14,39 @@ impl FnLowering<'_, '_> {
     pub(super) fn block(&mut self, block: &Block) {
         for stmt in &block.stmts {
             self.stmt(stmt);
+        }
+    }
+
+    /// `if (!(k in a)) { a[k] = v; rest } else ...` in kernel code: one
+    /// atomic insert decides the branch, so concurrent hits cannot both
+    /// find `k` missing (sema/concurrency.rs).
+    fn test_and_set(&mut self, tas: &TestAndSet<'_>, otherwise: Option<&Stmt>, span: Span) {
+        let keys = self.values(tas.keys);
+        let src = self.value(tas.value);
+        let inserted = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::MapInsert {
+                dst: inserted,
+                global: tas.global,
+                keys,
+                src,
+            },
+            tas.span,
+        );
+        let then_block = self.body.new_block();
+        let else_block = otherwise.map(|_| self.body.new_block());
+        let join = self.body.new_block();
+        self.body
+            .branch(inserted, then_block, else_block.unwrap_or(join), tas.span);
+        self.body.switch_to(then_block);
+        for stmt in tas.rest {
+            self.stmt(stmt);
+        }
+        self.body.jump_to(join, span);
+        if let (Some(block), Some(otherwise)) = (else_block, otherwise) {
+            self.body.switch_to(block);
+            self.stmt(otherwise);
+            self.body.jump_to(join, span);
         }
     }
 
@@ -26,6 +60,11 @@ impl FnLowering<'_, '_> {
                 then,
                 otherwise,
             } => {
+                if self.is_kernel()
+                    && let Some(tas) = concurrency::test_and_set(cond, then)
+                {
+                    return self.test_and_set(&tas, otherwise.as_deref(), span);
+                }
                 let holds = self.value(cond);
                 let then_block = self.body.new_block();
                 let else_block = otherwise.as_ref().map(|_| self.body.new_block());

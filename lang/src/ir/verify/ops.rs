@@ -90,6 +90,17 @@ impl FunctionCheck<'_, '_> {
                     self.reg(*src, value, "stored value");
                 }
             }
+            Op::MapInsert {
+                dst,
+                global,
+                keys,
+                src,
+            } => {
+                self.reg(*dst, Long, "destination");
+                if let Some(value) = self.array(*global, keys) {
+                    self.reg(*src, value, "stored value");
+                }
+            }
             Op::MapAdd {
                 global,
                 keys,
