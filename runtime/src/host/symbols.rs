@@ -1,22 +1,50 @@
 //! Kernel address to symbol, from `/proc/kallsyms`, read once on first use.
+//!
+//! Storage is compact because it is resident for the whole session (about
+//! 120,000 text symbols on a distribution kernel): every name once in one
+//! byte buffer, NUL-terminated, and a sorted index of 8-byte entries (the
+//! address as an offset from the lowest one, and the name's offset).
+//! Module symbols sit in their module's address range, so modules are a
+//! short list of ranges rather than a field per symbol. The file is read
+//! line by line, never whole, so the peak stays near what is kept.
 
+use std::io::BufRead;
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Symbol {
-    addr: u64,
-    name: String,
+/// One symbol: its address (from the table's base) and name offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    addr: u32,
+    name: u32,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    base: u64,
+    /// Sorted by address.
+    entries: Vec<Entry>,
+    /// Names, each followed by a NUL.
+    names: Vec<u8>,
+    /// `(first, last address, name)` of each module's symbols.
+    modules: Vec<(u64, u64, String)>,
+}
+
+/// What a lookup finds.
+struct Found<'t> {
+    name: &'t str,
     /// `None` for the kernel image itself.
-    module: Option<String>,
+    module: Option<&'t str>,
+    offset: u64,
+    size: u64,
 }
 
 pub struct Symbols {
     path: PathBuf,
     /// Text symbols sorted by address; `None` until first needed.
-    table: Option<Vec<Symbol>>,
+    table: Option<Table>,
     /// A read started by [`Symbols::preload`], joined on first use.
-    loading: Option<JoinHandle<Vec<Symbol>>>,
+    loading: Option<JoinHandle<Table>>,
 }
 
 impl Default for Symbols {
@@ -53,7 +81,7 @@ impl Symbols {
     /// `tcp_v4_rcv`, or the address in hex when no symbol covers it.
     pub fn name(&mut self, addr: u64) -> String {
         match self.lookup(addr) {
-            Some((sym, _, _)) => sym.name.clone(),
+            Some(found) => found.name.to_string(),
             None => format!("0x{addr:x}"),
         }
     }
@@ -61,10 +89,12 @@ impl Symbols {
     /// `tcp_v4_rcv+0x91/0x1030 [kernel]`.
     pub fn data(&mut self, addr: u64) -> String {
         match self.lookup(addr) {
-            Some((sym, offset, size)) => format!(
-                "{}+0x{offset:x}/0x{size:x} [{}]",
-                sym.name,
-                sym.module.as_deref().unwrap_or("kernel")
+            Some(f) => format!(
+                "{}+0x{:x}/0x{:x} [{}]",
+                f.name,
+                f.offset,
+                f.size,
+                f.module.unwrap_or("kernel")
             ),
             None => format!("0x{addr:x}"),
         }
@@ -75,15 +105,18 @@ impl Symbols {
     /// `sprint_stack` (`tcp_v4_rcv+0x0 [kernel]`); each ends in a newline.
     pub fn frame(&mut self, addr: u64, full: bool) -> String {
         match (self.lookup(addr), full) {
-            (Some((sym, offset, size)), true) => format!(
-                " 0x{addr:016x} : {}+0x{offset:x}/0x{size:x} [{}]\n",
-                sym.name,
-                sym.module.as_deref().unwrap_or("kernel")
+            (Some(f), true) => format!(
+                " 0x{addr:016x} : {}+0x{:x}/0x{:x} [{}]\n",
+                f.name,
+                f.offset,
+                f.size,
+                f.module.unwrap_or("kernel")
             ),
-            (Some((sym, offset, _)), false) => format!(
-                "{}+0x{offset:x} [{}]\n",
-                sym.name,
-                sym.module.as_deref().unwrap_or("kernel")
+            (Some(f), false) => format!(
+                "{}+0x{:x} [{}]\n",
+                f.name,
+                f.offset,
+                f.module.unwrap_or("kernel")
             ),
             (None, true) => format!(" 0x{addr:016x}\n"),
             (None, false) => format!("0x{addr:x}\n"),
@@ -102,8 +135,8 @@ impl Symbols {
         let first = frames
             .iter()
             .position(|&addr| {
-                let name = self.lookup(addr).map(|(sym, _, _)| sym.name.as_str());
-                name.is_some_and(|name| !is_machinery(name))
+                self.lookup(addr)
+                    .is_some_and(|found| !is_machinery(found.name))
             })
             .unwrap_or(0);
         let mut out = String::new();
@@ -119,14 +152,14 @@ impl Symbols {
     /// `kernel` or the module's name; stap prints `<unknown>` otherwise.
     pub fn module(&mut self, addr: u64) -> String {
         match self.lookup(addr) {
-            Some((sym, _, _)) => sym.module.clone().unwrap_or_else(|| "kernel".into()),
+            Some(f) => f.module.unwrap_or("kernel").to_string(),
             None => "<unknown>".into(),
         }
     }
 
     /// The symbol covering `addr`, the offset into it and its size (the
     /// distance to the next symbol).
-    fn lookup(&mut self, addr: u64) -> Option<(&Symbol, u64, u64)> {
+    fn lookup(&mut self, addr: u64) -> Option<Found<'_>> {
         if self.table.is_none() {
             let table = match self.loading.take() {
                 Some(thread) => thread.join().unwrap_or_default(),
@@ -134,15 +167,38 @@ impl Symbols {
             };
             self.table = Some(table);
         }
-        let table = self.table.as_ref()?;
-        let index = table.partition_point(|s| s.addr <= addr).checked_sub(1)?;
-        let sym = &table[index];
-        let size = table.get(index + 1).map_or(0, |next| next.addr - sym.addr);
+        self.table.as_ref()?.lookup(addr)
+    }
+}
+
+impl Table {
+    fn lookup(&self, addr: u64) -> Option<Found<'_>> {
+        let rel = u32::try_from(addr.checked_sub(self.base)?).ok()?;
+        let index = self.entries.partition_point(|e| e.addr <= rel).checked_sub(1)?;
+        let entry = self.entries[index];
+        let size = self
+            .entries
+            .get(index + 1)
+            .map_or(0, |next| u64::from(next.addr - entry.addr));
         // Past the last symbol there is no size to bound it: unknown.
         if size == 0 {
             return None;
         }
-        Some((sym, addr - sym.addr, size))
+        let start = entry.name as usize;
+        let bytes = self.names.get(start..)?;
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        let name = std::str::from_utf8(&bytes[..end]).ok()?;
+        let module = self
+            .modules
+            .iter()
+            .find(|(first, last, _)| (*first..=*last).contains(&(self.base + u64::from(entry.addr))))
+            .map(|(_, _, m)| m.as_str());
+        Some(Found {
+            name,
+            module,
+            offset: addr - self.base - u64::from(entry.addr),
+            size,
+        })
     }
 }
 
@@ -161,36 +217,78 @@ pub fn is_machinery(name: &str) -> bool {
     PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// Text symbols (`t`/`T`) of a kallsyms listing, sorted by address. Zero
-/// addresses (unprivileged reads) are dropped: they cannot be resolved.
-/// The text symbols of a kallsyms-format file; empty when it cannot be read
-/// (symbols then print as addresses).
-fn read_table(path: &std::path::Path) -> Vec<Symbol> {
-    std::fs::read_to_string(path)
-        .map(|text| parse(&text))
-        .unwrap_or_default()
+/// The text symbols (`t`/`T`) of a kallsyms-format file; empty when it
+/// cannot be read (symbols then print as addresses). Zero addresses
+/// (unprivileged reads) are dropped: they cannot be resolved.
+fn read_table(path: &std::path::Path) -> Table {
+    match std::fs::File::open(path) {
+        Ok(file) => parse(std::io::BufReader::with_capacity(64 * 1024, file)),
+        Err(_) => Table::default(),
+    }
 }
 
-fn parse(text: &str) -> Vec<Symbol> {
-    let mut table: Vec<Symbol> = text
-        .lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
-            let kind = fields.next()?;
-            let name = fields.next()?;
-            let module = fields
-                .next()
-                .map(|m| m.trim_start_matches('[').trim_end_matches(']').to_string());
-            (addr != 0 && matches!(kind, "t" | "T")).then(|| Symbol {
-                addr,
-                name: name.to_string(),
-                module,
-            })
-        })
-        .collect();
-    table.sort_by_key(|s| s.addr);
-    table
+fn parse(mut input: impl BufRead) -> Table {
+    let mut entries: Vec<Entry> = Vec::new();
+    // The kernel lists its text first, from the lowest address; modules
+    // follow, higher up, within 4 GiB. A text symbol outside that span
+    // (no such kernel seen) is left out.
+    let mut base = None;
+    let mut names = Vec::new();
+    let mut modules: Vec<(u64, u64, String)> = Vec::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = std::str::from_utf8(&line).unwrap_or("");
+        let mut fields = text.split_ascii_whitespace();
+        let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        if addr == 0 || !matches!(kind, "t" | "T") {
+            continue;
+        }
+        if let Some(module) = fields.next() {
+            let module = module.trim_start_matches('[').trim_end_matches(']');
+            // A module's symbols come together: extend its range.
+            match modules.last_mut() {
+                Some((first, last, m)) if m == module => {
+                    *first = (*first).min(addr);
+                    *last = (*last).max(addr);
+                }
+                _ => modules.push((addr, addr, module.to_string())),
+            }
+        }
+        let base = *base.get_or_insert(addr);
+        let (Some(rel), Ok(offset)) = (
+            addr.checked_sub(base).and_then(|r| u32::try_from(r).ok()),
+            u32::try_from(names.len()),
+        ) else {
+            continue;
+        };
+        names.extend_from_slice(name.as_bytes());
+        names.push(0);
+        entries.push(Entry {
+            addr: rel,
+            name: offset,
+        });
+    }
+    // Stable: of symbols at one address, the last listed wins, as before.
+    entries.sort_by_key(|e| e.addr);
+    entries.shrink_to_fit();
+    names.shrink_to_fit();
+    Table {
+        base: base.unwrap_or(0),
+        entries,
+        names,
+        modules,
+    }
 }
 
 #[cfg(test)]
