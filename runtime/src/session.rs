@@ -544,7 +544,7 @@ struct Session<'a> {
     /// Records of handler runs still going, by (feed, stream), with the
     /// run's number: a run's output is handled as one unit when its last
     /// record arrives (records.rs, "one unit per handler run").
-    held: BTreeMap<(usize, u32), (u32, Vec<Vec<u8>>)>,
+    held: BTreeMap<(usize, u32), HeldUnit>,
     /// Records of units dropped whole because one of their records was
     /// lost (counted with the kernel's lost events).
     partial_lost: u64,
@@ -1196,6 +1196,9 @@ fn find_map<'l>(
         .find(|(spec, _)| role(&spec.role))
         .map(|(spec, fd)| (fd.as_fd(), spec.value_size))
 }
+
+/// The run number and the records so far of a unit being reassembled.
+type HeldUnit = (u32, Vec<Vec<u8>>);
 
 /// How often the event loop reads the ring buffers when nothing wakes it:
 /// kernel handlers send printf output with `BPF_RB_NO_WAKEUP`, since a

@@ -366,15 +366,14 @@ impl<'a> Reader<'a> {
 /// each.
 #[derive(Debug, Default)]
 pub struct FormatShapes {
-    shapes: Vec<Option<Vec<(ArgKind, Option<printf::MemoryArg>)>>>,
+    shapes: Vec<Option<Vec<ArgShape>>>,
 }
 
+/// One printf argument: its kind, and what a `%m`/`%M` reads for it.
+type ArgShape = (ArgKind, Option<printf::MemoryArg>);
+
 impl FormatShapes {
-    fn get(
-        &mut self,
-        module: &Module,
-        id: u32,
-    ) -> Result<&[(ArgKind, Option<printf::MemoryArg>)], DecodeError> {
+    fn get(&mut self, module: &Module, id: u32) -> Result<&[ArgShape], DecodeError> {
         let index = id as usize;
         let format = module
             .formats

@@ -174,7 +174,10 @@ impl Symbols {
 impl Table {
     fn lookup(&self, addr: u64) -> Option<Found<'_>> {
         let rel = u32::try_from(addr.checked_sub(self.base)?).ok()?;
-        let index = self.entries.partition_point(|e| e.addr <= rel).checked_sub(1)?;
+        let index = self
+            .entries
+            .partition_point(|e| e.addr <= rel)
+            .checked_sub(1)?;
         let entry = self.entries[index];
         let size = self
             .entries
@@ -191,7 +194,9 @@ impl Table {
         let module = self
             .modules
             .iter()
-            .find(|(first, last, _)| (*first..=*last).contains(&(self.base + u64::from(entry.addr))))
+            .find(|(first, last, _)| {
+                (*first..=*last).contains(&(self.base + u64::from(entry.addr)))
+            })
             .map(|(_, _, m)| m.as_str());
         Some(Found {
             name,
