@@ -11,8 +11,13 @@ impl Emitter<'_> {
     /// Sends the 16-byte header (+ payload already at `FRAME_SMALL + 16`)
     /// from the stack.
     pub(super) fn send_small_record(&mut self, kind: u32, id: u32, len: u32) {
-        let header = [kind, id, self.probe, len];
         let framed = self.framed();
+        // Unframed handlers send only small records, each on its own.
+        let kind = match framed {
+            true => kind,
+            false => kind | records::STANDALONE_STREAM << records::STREAM_SHIFT,
+        };
+        let header = [kind, id, self.probe, len];
         for (i, word) in header.iter().enumerate() {
             self.push(Insn::store_imm(
                 W,
