@@ -245,6 +245,10 @@ pub fn compile_options(args: &Args) -> pipeline::Options {
         },
         test_out_of_bounds: args.test_verifier_reject,
         histogram_extremes: args.format == crate::cli::OutputFormat::Json,
+        // Unknown only where sysfs is missing; the default bound then holds.
+        cpus: stap_runtime::sys::possible_cpus()
+            .ok()
+            .and_then(|n| u32::try_from(n).ok()),
     }
 }
 

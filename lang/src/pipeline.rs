@@ -22,6 +22,10 @@ pub struct Options {
     /// `--format json`: a printed histogram carries its statistic's min
     /// and max, so every statistic printed as a histogram keeps them.
     pub histogram_extremes: bool,
+    /// The machine's possible CPUs, when the caller knows them: they size
+    /// the ring buffer and bound the per-CPU loops (else
+    /// [`bpf::DEFAULT_CPUS`]).
+    pub cpus: Option<u32>,
 }
 
 /// Whether [`compile`] goes on after lowering (`-p3` and `--dump=ir` stop).
@@ -83,6 +87,7 @@ pub fn compile(
         test_out_of_bounds: options.test_out_of_bounds,
         tracepoint_mechanism: options.tracepoint_mechanism,
         kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
+        cpus: options.cpus.unwrap_or(bpf::DEFAULT_CPUS),
         ..bpf::Options::from_limits(&module.limits)
     };
     let object = bpf::compile_with_source(&module, &emit, source).map_err(Error::Diagnostics)?;

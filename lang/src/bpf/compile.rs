@@ -101,7 +101,7 @@ fn compile_in(
         MAP_RINGBUF,
         0,
         0,
-        events_bytes(options.cpus),
+        events_bytes(options.cpus, kernel_prints(&handlers)),
         MapRole::Events,
     ));
     maps.push(fixed(
@@ -438,6 +438,15 @@ fn touched_by_kernel(handlers: &[(usize, Function)], global: GlobalId) -> bool {
             .flat_map(|b| &b.insts)
             .any(|inst| op_global(&inst.op) == Some(global))
     })
+}
+
+/// Whether a kernel handler prints: printf (print, println) or
+/// `print_hist`, the records whose number grows with the events.
+fn kernel_prints(handlers: &[(usize, Function)]) -> bool {
+    handlers
+        .iter()
+        .flat_map(|(_, function)| function.blocks.iter().flat_map(|b| &b.insts))
+        .any(|inst| matches!(inst.op, Op::Printf { .. } | Op::PrintHist { .. }))
 }
 
 /// The `bpf_snprintf` formats the handlers need, NUL-separated in one

@@ -48,14 +48,36 @@ pub const NESTING_LEVELS: u32 = 4;
 /// A per-CPU map value may not exceed 32 KiB (`PCPU_MIN_UNIT_SIZE`).
 pub const MAX_SCRATCH_BYTES: u32 = 32 * 1024;
 
-/// The ring buffer's size for `cpus` CPUs: 4 MiB per CPU, at least 8 MiB
-/// and at most 32 MiB (a power-of-two number of pages). Every CPU's
-/// handlers write into it at once while one host thread reads it, so the
-/// room for a burst grows with the producers; at 1 MiB, a printf per
-/// getppid on one CPU outran the host and lost about 10 % of its events
-/// (bench/analysis.md).
-pub fn events_bytes(cpus: u32) -> u32 {
+/// The ring buffer's size for `cpus` CPUs. Handlers that print (printf,
+/// print, `print_hist`) get 4 MiB per CPU, at least 8 MiB and at most
+/// 32 MiB (a power-of-two number of pages): every CPU's handlers write
+/// into it at once while one host thread reads it, so the room for a
+/// burst grows with the producers; at 1 MiB, a printf per getppid on one
+/// CPU outran the host and lost about 10 % of its events
+/// (bench/analysis.md). Handlers that only count send a record only on
+/// `exit()`, a warning or an error, and keep 1 MiB: the kernel maps the
+/// whole ring into the host at once (its data pages twice), so every MiB
+/// here is two MiB of the host's resident memory.
+pub fn events_bytes(cpus: u32, kernel_prints: bool) -> u32 {
     const PER_CPU: u64 = 4 << 20;
+    if !kernel_prints {
+        return 1 << 20;
+    }
     let wanted = (u64::from(cpus.max(1)) * PER_CPU).next_power_of_two();
     wanted.clamp(8 << 20, 32 << 20) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::events_bytes;
+
+    #[test]
+    fn only_printing_handlers_get_the_large_ring() {
+        assert_eq!(events_bytes(2, false), 1 << 20);
+        assert_eq!(events_bytes(64, false), 1 << 20);
+        assert_eq!(events_bytes(1, true), 8 << 20);
+        assert_eq!(events_bytes(2, true), 8 << 20);
+        assert_eq!(events_bytes(3, true), 16 << 20);
+        assert_eq!(events_bytes(64, true), 32 << 20);
+    }
 }
