@@ -217,3 +217,33 @@ fn register_arguments_read_the_calls_arguments_at_its_entry() {
     assert_success(&done);
     assert_eq!(done.stdout, "prctl 15 1\n", "stderr:\n{}", done.stderr);
 }
+
+/// `@entry(...)` in a system call's return, whose exit event has no entry
+/// of its own: the values are taken at the call's enter event, the call's
+/// arguments (`$filename`, `pointer_arg(2)`) readable there.
+#[test]
+fn entry_values_in_a_syscall_return_come_from_its_enter_event() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let path = probe_path("entry");
+    let script = format!(
+        r#"probe syscall.openat.return {{
+             if (execname() == "stapSysEnt" && user_string(@entry($filename), "") == "{path}.missing") {{
+               printf("%s %s %d %s\n", name, retstr, gettimeofday_ns() >= @entry(gettimeofday_ns()),
+                      user_string(@entry(pointer_arg(2)), "") == "{path}.missing" ? "arg" : "no arg")
+               exit()
+             }}
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapSysEnt", "open", &path]);
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "openat -2 (ENOENT) 1 arg\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+    let _ = std::fs::remove_file(&path);
+}

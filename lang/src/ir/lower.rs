@@ -62,16 +62,27 @@ pub fn lower(program: &Program) -> Result<Module, Vec<Diagnostic>> {
     for (index, saves) in std::mem::take(&mut state.entry_saves) {
         let probe = &program.probes[index];
         let function = FuncId(functions.len() as u32);
-        functions.push(lower_entry_probe(&mut state, index, probe, &saves));
-        let mut kind = probe.kind.clone();
-        if let hir::ProbeKind::KernelFunction { is_return, .. }
-        | hir::ProbeKind::Process { is_return, .. } = &mut kind
-        {
-            *is_return = false;
-        }
-        let point = probe.resolved.strip_suffix(".return");
+        // A function's entry is the same point without `.return`; a
+        // system call's exit event has its enter event.
+        let (point, kind) = match &probe.entry_event {
+            Some((point, kind)) => (point.clone(), kind.clone()),
+            None => {
+                let mut kind = probe.kind.clone();
+                if let hir::ProbeKind::KernelFunction { is_return, .. }
+                | hir::ProbeKind::Process { is_return, .. } = &mut kind
+                {
+                    *is_return = false;
+                }
+                let point = probe.resolved.strip_suffix(".return");
+                (point.unwrap_or(&probe.resolved).to_string(), kind)
+            }
+        };
+        let entry_kind = probe.entry_event.as_ref().map_or(&probe.kind, |(_, k)| k);
+        functions.push(lower_entry_probe(
+            &mut state, index, probe, entry_kind, &saves,
+        ));
         probes.push(ProbeHandler {
-            point: point.unwrap_or(&probe.resolved).to_string(),
+            point,
             written: probe.written.clone(),
             kind,
             placement: probe.placement,
@@ -154,7 +165,7 @@ fn lower_probe<'p>(state: &mut ModuleState<'p>, index: usize, probe: &'p hir::Pr
             is_return: true,
             ..
         }
-    );
+    ) || probe.entry_event.is_some();
     // Where the saved `@entry` values get loaded, once they are known.
     let start = f.body.mark();
     if function_return {
@@ -218,13 +229,14 @@ fn lower_entry_probe<'p>(
     state: &mut ModuleState<'p>,
     index: usize,
     probe: &'p hir::Probe,
+    kind: &'p hir::ProbeKind,
     saves: &[(GlobalId, hir::Expr)],
 ) -> Function {
     let name = format!("probe{index} @entry");
     let mut f = FnLowering::new(state, probe.placement, &probe.locals, 0, None);
     f.user_memory = matches!(probe.kind, hir::ProbeKind::Process { .. });
     f.in_probe = true;
-    f.probe_kind = Some(&probe.kind);
+    f.probe_kind = Some(kind);
     f.at_entry = true;
     f.init_locals(probe.span);
     let tid = f.body.reg(ValType::Long);

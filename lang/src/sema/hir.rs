@@ -215,6 +215,9 @@ pub struct Probe {
     /// How many of `body`'s first statements are alias prologues (each a
     /// block of its own).
     pub prologues: usize,
+    /// For a point with no function entry of its own (a system call's exit
+    /// event), the event that saves its `@entry` values: resolved text, kind.
+    pub entry_event: Option<(String, ProbeKind)>,
     pub span: Span,
 }
 

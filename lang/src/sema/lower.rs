@@ -225,6 +225,7 @@ pub(crate) fn lower_probe(
     };
     let mut context = point.context.vars.clone();
     context.extend(point.context.ret.clone());
+    let entry_event = point.context.entry_event.clone();
     hir::Probe {
         written: point.written,
         resolved: point.resolved,
@@ -239,6 +240,7 @@ pub(crate) fn lower_probe(
             span: body.span,
         },
         prologues,
+        entry_event,
         span: probe_span,
     }
 }
@@ -710,7 +712,10 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 args: args.iter().map(|a| self.expr(a)).collect(),
             },
             A::Entry(inner) => {
-                let allowed = self.ctx.as_ref().is_some_and(|c| c.is_return);
+                let allowed = self
+                    .ctx
+                    .as_ref()
+                    .is_some_and(|c| c.is_return || c.entry_event.is_some());
                 if !allowed {
                     self.error(
                         Diagnostic::error("@entry is only available in .return probes")

@@ -55,6 +55,10 @@ pub(crate) struct ProbeContext {
     /// Kretprobes and uretprobes: the parameters, readable only inside `@entry(...)`
     /// (an entry probe saves the value; they are also in `unreadable`).
     pub entry_vars: Vec<ContextVar>,
+    /// A point with no function entry of its own whose `@entry` values
+    /// another event saves (a system call's exit event: its enter event),
+    /// as that event's resolved text and kind; `entry_vars` are its fields.
+    pub entry_event: Option<(String, ProbeKind)>,
     /// Raw tracepoints: the classic record's fields, which the probe reads
     /// instead of the raw arguments when it uses one of them (`vars` then
     /// also lists the fields whose names no argument has).

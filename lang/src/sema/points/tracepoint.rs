@@ -54,7 +54,11 @@ impl<'a> Elaborator<'a> {
                 .tracepoint(s.as_deref(), &n)
                 .map_err(|e| facts_error(e, span))?;
             if let Some(tp) = tp {
-                let context = tracepoint_context(&tp, facts);
+                let mut context = tracepoint_context(&tp, facts);
+                if let Some(entry) = syscall_entry_event(&tp, facts) {
+                    context.entry_vars = entry.0;
+                    context.entry_event = Some(entry.1);
+                }
                 let resolved = format!(
                     "kernel.trace({})",
                     quote_string(&format!("{}:{}", tp.system, tp.name))
@@ -93,6 +97,42 @@ impl<'a> Elaborator<'a> {
         }
         Ok(out)
     }
+}
+
+/// The event that saves `@entry` values: its resolved text and kind.
+type EntryEvent = (String, ProbeKind);
+
+/// A system call's exit event has no entry of its own: `@entry(...)` in
+/// it is evaluated at the call's enter event (saved per thread), where the
+/// call's arguments are the readable fields. `None` for other events.
+fn syscall_entry_event(
+    tp: &Tracepoint,
+    facts: &dyn crate::kernel::KernelFacts,
+) -> Option<(Vec<ContextVar>, EntryEvent)> {
+    let call = tp.name.strip_prefix("sys_exit_")?;
+    if tp.system != "syscalls" {
+        return None;
+    }
+    let enter_name = format!("sys_enter_{call}");
+    let enter = facts
+        .tracepoint(Some("syscalls"), &enter_name)
+        .ok()
+        .flatten()?;
+    let vars = tracepoint_context(&enter, facts)
+        .vars
+        .into_iter()
+        .filter(|v| v.name != "__syscall_nr")
+        .collect();
+    let resolved = format!(
+        "kernel.trace({})",
+        quote_string(&format!("syscalls:{enter_name}"))
+    );
+    let kind = ProbeKind::Tracepoint {
+        system: enter.system,
+        name: enter.name,
+        args: enter.args,
+    };
+    Some((vars, (resolved, kind)))
 }
 
 fn tracepoint_context(tp: &Tracepoint, facts: &dyn crate::kernel::KernelFacts) -> ProbeContext {
