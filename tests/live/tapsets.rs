@@ -464,3 +464,22 @@ probe timer.s(1) {{ if (seen["elv_issue_request"] && seen["elv_completed_request
         );
     }
 }
+
+/// stap's argv tapset: the script's arguments as argc and argv[].
+#[test]
+fn argv_holds_the_script_arguments() {
+    let _one = serial();
+    let done = Session::start(&[
+        "-e",
+        r#"probe begin { printf("%d [%s] [%s] [%s]\n", argc, argv[1], argv[2], argv[3]); exit() }"#,
+        "first",
+        "second arg",
+    ])
+    .finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "2 [first] [second arg] []\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
