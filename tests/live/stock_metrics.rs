@@ -291,7 +291,9 @@ fn stock_timeout_counts_poll_timeouts() {
             unsafe { libc::poll(std::ptr::null_mut(), 0, 1) };
         }
     };
-    let name = std::fs::read_to_string("/proc/self/comm").expect("comm");
+    // execname() is the calling thread's name: libtest may run the test
+    // on a thread named after it.
+    let name = std::fs::read_to_string("/proc/thread-self/comm").expect("comm");
     let ending = format!("}} {}", name.trim_end());
     let page = metrics_until(
         port,
