@@ -5,14 +5,20 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use stap_lang::kernel::KernelFacts;
+use stap_lang::kernel_tapsets::{SYSCALL_TABLE, syscall_table};
+use stap_lang::preprocess::{MacroLibrary, PreprocessEnv};
 use stap_lang::source::SourceMap;
-use stap_lang::{ast, parse, preprocess::PreprocessEnv, sema, testing::FakeKernel};
+use stap_lang::{ast, parse, sema, testing::FakeKernel};
 
-/// The tapsets of `stdlib/`, read and parsed once.
+/// The tapsets of `stdlib/`, read and parsed once, as the driver loads
+/// them: every `.stpm` macro file first (its macros are visible to every
+/// tapset and to the input), then the `.stp` files and the kernel's
+/// syscall table.
 pub struct Stdlib {
     /// The tapsets' text, which their spans index; kept with them.
     pub _map: SourceMap,
     pub files: Vec<ast::File>,
+    pub macros: MacroLibrary,
 }
 
 pub fn stdlib(kernel: &FakeKernel) -> &'static Stdlib {
@@ -21,24 +27,40 @@ pub fn stdlib(kernel: &FakeKernel) -> &'static Stdlib {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib");
         let mut paths = Vec::new();
         collect(&root, &mut paths);
-        paths.sort();
+        paths.sort_by_key(|p| (p.extension().is_none_or(|e| e != "stpm"), p.clone()));
         let mut map = SourceMap::new();
         // Id 0 is each input's own file (see `elaborate`): the tapsets'
         // spans must not name it.
         map.add("fuzz.stp", "");
-        let ids: Vec<_> = paths
+        let mut macros = MacroLibrary::default();
+        let mut files = Vec::new();
+        let mut texts: Vec<(String, String)> = paths
             .iter()
-            .map(|p| map.add(p.display().to_string(), std::fs::read_to_string(p).unwrap()))
+            .map(|p| (p.display().to_string(), std::fs::read_to_string(p).unwrap()))
             .collect();
-        let files = ids
+        texts.push((SYSCALL_TABLE.to_string(), syscall_table(kernel)));
+        for (name, text) in texts {
+            let is_macro_file = name.ends_with(".stpm");
+            let id = map.add(name.clone(), text);
+            let errors: Vec<_> = if is_macro_file {
+                with_env(kernel, |env| {
+                    parse::parse_macro_file(&map, id, env, &mut macros)
+                })
+            } else {
+                let parsed = with_env(kernel, |env| parse::parse_file_with(&map, id, env, &macros));
+                files.push(parsed.file);
+                parsed.diags
+            }
             .into_iter()
-            .map(|id| {
-                let parsed = with_env(kernel, |env| parse::parse_file(&map, id, env));
-                assert!(parsed.diags.iter().all(|d| !d.is_error()), "stdlib parses");
-                parsed.file
-            })
+            .filter(|d| d.is_error())
             .collect();
-        Stdlib { _map: map, files }
+            assert!(errors.is_empty(), "stdlib file {name} parses: {errors:?}");
+        }
+        Stdlib {
+            _map: map,
+            files,
+            macros,
+        }
     })
 }
 
@@ -47,7 +69,7 @@ fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         let path = entry.path();
         if path.is_dir() {
             collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "stp") {
+        } else if path.extension().is_some_and(|e| e == "stp" || e == "stpm") {
             out.push(path);
         }
     }
@@ -81,7 +103,9 @@ pub fn elaborate(kernel: &FakeKernel, data: &[u8]) -> Option<sema::Program> {
     let lib = stdlib(kernel);
     let mut map = SourceMap::new();
     let file = map.add("fuzz.stp", text);
-    let parsed = with_env(kernel, |env| parse::parse_file(&map, file, env));
+    let parsed = with_env(kernel, |env| {
+        parse::parse_file_with(&map, file, env, &lib.macros)
+    });
     if parsed.diags.iter().any(|d| d.is_error()) {
         return None;
     }
