@@ -3,15 +3,22 @@
 use super::*;
 use crate::bpf::facts::TaskChain;
 
+/// Stack-passed arguments a kprobe or uprobe reads (stap's limit for a
+/// function's parameters is the same order: the kernel has none past 13).
+const MAX_STACK_ARGS: u32 = 16;
+
 impl Emitter<'_> {
     pub(super) fn context_arg(&mut self, dst: Reg, index: u32) {
         match self.context {
             ContextStyle::U64Array { btf_typed, .. } if index < 12 => {
                 self.context_slot(index, btf_typed && self.is_pointer_slot(index));
             }
-            ContextStyle::PtRegs if (index as usize) < PT_REGS_ARGS.len() => {
+            ContextStyle::PtRegs { .. } if (index as usize) < PT_REGS_ARGS.len() => {
                 self.push(Insn::load(DW, R1, FP, FRAME_CTX));
                 self.push(Insn::load(DW, R0, R1, PT_REGS_ARGS[index as usize]))
+            }
+            ContextStyle::PtRegs { user } if index < MAX_STACK_ARGS => {
+                self.stack_passed_arg(index, user)
             }
             _ => {
                 self.unsupported(format!(
@@ -23,13 +30,32 @@ impl Emitter<'_> {
         self.set_result(dst, R0);
     }
 
+    /// Arguments past the sixth, which the x86_64 calling convention passes
+    /// on the stack: at a function's first instruction sp points at the
+    /// return address, and argument 7 is the word above it. A failed read
+    /// leaves 0 (the helper zeroes its buffer).
+    fn stack_passed_arg(&mut self, index: u32, user: bool) {
+        let offset = 8 * (index as i32 - PT_REGS_ARGS.len() as i32 + 1);
+        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+        self.push(Insn::load(DW, R3, R1, PT_REGS_SP));
+        self.push(Insn::alu64_imm(insn::ADD, R3, offset));
+        self.frame_ptr(R1, FRAME_TMP);
+        self.push(Insn::mov_imm(R2, 8));
+        self.call(if user {
+            helper::PROBE_READ_USER
+        } else {
+            helper::PROBE_READ_KERNEL
+        });
+        self.push(Insn::load(DW, R0, FP, FRAME_TMP));
+    }
+
     pub(super) fn context_return(&mut self, dst: Reg) {
         match self.context {
             ContextStyle::U64Array {
                 ret_index: Some(index),
                 btf_typed,
             } => self.context_slot(index, btf_typed && self.is_pointer_slot(index)),
-            ContextStyle::PtRegs => {
+            ContextStyle::PtRegs { .. } => {
                 self.push(Insn::load(DW, R1, FP, FRAME_CTX));
                 self.push(Insn::load(DW, R0, R1, PT_REGS_AX));
             }

@@ -159,8 +159,9 @@ enum ContextStyle {
         ret_index: Option<u32>,
         btf_typed: bool,
     },
-    /// x86_64 `struct pt_regs`: kprobes, uprobes.
-    PtRegs,
+    /// x86_64 `struct pt_regs`: kprobes, uprobes (`user`: the stack is
+    /// user memory).
+    PtRegs { user: bool },
     /// A classic tracepoint's record.
     Record,
     /// Perf events: no arguments.
@@ -174,6 +175,8 @@ const PT_REGS_AX: i16 = 80;
 const PT_REGS_CS: i16 = 136;
 /// `struct pt_regs` offset of ip.
 const PT_REGS_IP: i16 = 128;
+/// `struct pt_regs` offset of sp.
+const PT_REGS_SP: i16 = 152;
 
 pub(super) fn emit_probe(
     module: &Module,
@@ -315,7 +318,8 @@ fn context_style(kind: &ProbeKind, tp_btf: bool) -> ContextStyle {
             ret_index: is_return.then_some(proto.params.len() as u32),
             btf_typed: true,
         },
-        ProbeKind::KernelFunction { .. } | ProbeKind::Process { .. } => ContextStyle::PtRegs,
+        ProbeKind::KernelFunction { .. } => ContextStyle::PtRegs { user: false },
+        ProbeKind::Process { .. } => ContextStyle::PtRegs { user: true },
         // `struct bpf_nf_ctx { state; skb; }`: two 8-byte pointers.
         ProbeKind::Netfilter { .. } => ContextStyle::U64Array {
             ret_index: None,
