@@ -188,8 +188,14 @@ impl Session {
 
     /// Waits for the session to end on its own (killing it after the
     /// finish timeout) and returns everything it printed.
-    fn finish(mut self) -> Finished {
-        let deadline = Instant::now() + FINISH_TIMEOUT;
+    fn finish(self) -> Finished {
+        self.finish_within(FINISH_TIMEOUT)
+    }
+
+    /// [`Session::finish`] with a longer limit, for sessions that load
+    /// hundreds of programs in a slow (TCG) guest.
+    fn finish_within(mut self, limit: Duration) -> Finished {
+        let deadline = Instant::now() + limit;
         let status = loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 break status;

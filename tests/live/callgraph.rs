@@ -426,3 +426,79 @@ fn function_parameters_and_return_values_print_as_stap_prints_them() {
         done.stdout
     );
 }
+
+/// stap's own para-callgraph.stp, unmodified from its corpus, as the
+/// issue's users run it: every `tcp_*` function, with `tcp_sendmsg` as the
+/// trigger, while a process sends 100 bytes over loopback. Each function's
+/// handler prints its own `$$parms`, so no program is shared: this also
+/// attaches hundreds of separate function probes.
+#[test]
+fn stock_para_callgraph_nests_tcp_calls_under_tcp_sendmsg() {
+    let _one = serial();
+    if skip_without_function_probes() {
+        return;
+    }
+    let Some(script) = super::stock_metrics::stock_script("general/para-callgraph.stp") else {
+        return;
+    };
+    let trigger = build("trigger");
+    let port = sink();
+    let command = format!("{} cgpara send {port} 100", trigger.display());
+    let script = script.to_str().expect("a UTF-8 path");
+    let done = Session::start_for(600, &["-c", &command, script, SENDMSG_TREE, TRIGGER])
+        .finish_within(std::time::Duration::from_secs(600));
+    assert_success(&done);
+    // `TIME cgpara(TID): ->NAME PARMS` and `... <-NAME return=...`, the
+    // arrow indented one space per open call of the thread.
+    let calls: Vec<(usize, bool, &str)> = done
+        .stdout
+        .lines()
+        .filter(|l| l.contains(" cgpara("))
+        .filter_map(|l| {
+            let (_, rest) = l.split_once("): ")?;
+            let depth = rest.len() - rest.trim_start().len();
+            let rest = rest.trim_start();
+            let (entry, rest) = match rest.get(..2)? {
+                "->" => (true, &rest[2..]),
+                "<-" => (false, &rest[2..]),
+                _ => return None,
+            };
+            Some((depth, entry, rest.split(' ').next()?))
+        })
+        .collect();
+    let opened = calls
+        .iter()
+        .position(|(_, entry, f)| *entry && *f == "tcp_sendmsg")
+        .unwrap_or_else(|| panic!("tcp_sendmsg never entered:\n{}", done.stdout));
+    let closed = calls
+        .iter()
+        .rposition(|(_, entry, f)| !*entry && *f == "tcp_sendmsg")
+        .unwrap_or_else(|| panic!("tcp_sendmsg never returned:\n{}", done.stdout));
+    assert!(opened < closed, "{}", done.stdout);
+    let inner = &calls[opened + 1..closed];
+    assert!(
+        inner
+            .iter()
+            .any(|(_, entry, f)| *entry && f.starts_with("tcp_")),
+        "no tcp_* call under tcp_sendmsg:\n{}",
+        done.stdout
+    );
+    // Correct nesting: every call between returns before tcp_sendmsg does,
+    // one level deeper than tcp_sendmsg or more.
+    let base = calls[opened].0;
+    let mut open: Vec<&str> = Vec::new();
+    for (depth, entry, function) in inner {
+        assert!(
+            *depth > base,
+            "not nested under tcp_sendmsg:\n{}",
+            done.stdout
+        );
+        if *entry {
+            open.push(function);
+        } else {
+            assert_eq!(open.pop(), Some(*function), "unbalanced:\n{}", done.stdout);
+        }
+    }
+    assert!(open.is_empty(), "calls left open:\n{}", done.stdout);
+    eprintln!("{} calls under tcp_sendmsg", inner.len() / 2);
+}

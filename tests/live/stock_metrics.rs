@@ -13,7 +13,7 @@ use std::io::Write;
 
 /// The script at `examples/REL` of stap's corpus; `None`, with the skip
 /// marker, when the corpus is not there.
-fn stock_script(rel: &str) -> Option<PathBuf> {
+pub(super) fn stock_script(rel: &str) -> Option<PathBuf> {
     let root = std::env::var_os("STAP_CORPUS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/stap-corpus"));
