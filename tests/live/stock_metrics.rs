@@ -29,6 +29,16 @@ pub(super) fn stock_script(rel: &str) -> Option<PathBuf> {
     }
 }
 
+/// Lets the waiting trigger exit, then waits until the page no longer has
+/// the label `label_of(pid)`: the script forgets an exited process.
+fn assert_forgotten_after_exit(port: u16, mut waiting: Child, label_of: impl Fn(u32) -> String) {
+    drop(waiting.stdin.take());
+    waiting.wait().expect("waiting for the trigger");
+    let label = label_of(waiting.id());
+    let page = metrics_until(port, |p| !p.contains(&label), || {});
+    assert!(!page.contains(&label), "still there after exit:\n{page}");
+}
+
 /// Starts `stap-rs --http 127.0.0.1:0 SCRIPT` unmodified. `None`, with
 /// the skip marker, when this kernel cannot probe what the script needs
 /// (its compile-only run says so); any other failure fails the test.
@@ -142,7 +152,7 @@ fn stock_syscallerrorsbypid_counts_errors_and_forgets_exited_processes() {
     };
     // Three chdir(2) calls that fail with ENOENT, from a process that then
     // waits.
-    let mut waiting = waiting_trigger(&trigger, "stapSEbypid", 3);
+    let waiting = waiting_trigger(&trigger, "stapSEbypid", 3);
     let label = format!(
         "pid=\"stapSEbypid[{}]\",syscall=\"chdir\",error=\"ENOENT\"",
         waiting.id()
@@ -158,14 +168,7 @@ fn stock_syscallerrorsbypid_counts_errors_and_forgets_exited_processes() {
     promtool_check(&page);
     // Its exit deletes its elements (`delete arr[pid(), *, *]`, an array
     // slice in a kernel probe).
-    drop(waiting.stdin.take());
-    waiting.wait().expect("waiting for the trigger");
-    let pid_label = format!("pid=\"stapSEbypid[{}]\"", waiting.id());
-    let page = metrics_until(port, |p| !p.contains(&pid_label), || {});
-    assert!(
-        !page.contains(&pid_label),
-        "still there after exit:\n{page}"
-    );
+    assert_forgotten_after_exit(port, waiting, |pid| format!("pid=\"stapSEbypid[{pid}]\""));
     stop(session);
 }
 
@@ -201,14 +204,7 @@ fn stock_syscalllatency_sums_time_per_process_and_syscall() {
         line[0]
     );
     promtool_check(&page);
-    drop(waiting.stdin.take());
-    waiting.wait().expect("waiting for the trigger");
-    let pid_label = format!("pid=\"{}\"", waiting.id());
-    let page = metrics_until(port, |p| !p.contains(&pid_label), || {});
-    assert!(
-        !page.contains(&pid_label),
-        "still there after exit:\n{page}"
-    );
+    assert_forgotten_after_exit(port, waiting, |pid| format!("pid=\"{pid}\""));
     stop(session);
 }
 
