@@ -12,7 +12,7 @@ mod trace;
 
 use crate::cli::Args;
 use crate::frontend::{Failed, fail};
-use crate::out::outln;
+use crate::out::{errln, outln};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -238,7 +238,7 @@ fn write_output(
                     dot_path.display()
                 ))),
                 Err(_) => {
-                    eprintln!(
+                    errln!(
                         "WARNING: graphviz's `dot` is not installed: wrote {} instead; render it with `dot -Tsvg -o {} {}` (Debian package graphviz)",
                         dot_path.display(),
                         out.display(),
@@ -254,24 +254,24 @@ fn write_output(
 /// The summary on stderr, with the seed tools' "N events missed".
 fn report(trace: &trace::Trace) {
     let calls: usize = trace.threads.values().map(|t| count(&t.calls)).sum();
-    eprintln!(
+    errln!(
         "callgraph: {calls} calls in {} threads; {} events missed",
         trace.threads.len(),
         trace.missed()
     );
     if trace.produced.is_none() {
-        eprintln!(
+        errln!(
             "WARNING: the run ended before its end probe: the number of missed events is unknown"
         );
     }
     if trace.unmatched_returns > 0 {
-        eprintln!(
+        errln!(
             "callgraph: {} returns from calls that began before recording (or whose entry was missed)",
             trace.unmatched_returns
         );
     }
     for line in trace.malformed.iter().take(5) {
-        eprintln!("WARNING: not a call record: {line}");
+        errln!("WARNING: not a call record: {line}");
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{Failed, Frontend, fail};
 use crate::listing;
-use crate::out::out;
+use crate::out::{errln, out};
 use stap_lang::kernel::KernelFacts;
 use stap_lang::source::{FileId, SourceMap};
 use stap_lang::{ast_print, sema};
@@ -16,7 +16,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
     crate::frontend::set_warnings(args);
     if args.verbose > 0 {
         for note in args.ignored.notes() {
-            eprintln!("Note: {note}.");
+            errln!("Note: {note}.");
         }
     }
     let kernel = open_kernel(args)?;
@@ -51,7 +51,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         } else {
             format!(" ({} indexed, parsed when used)", library.len())
         };
-        eprintln!(
+        errln!(
             "Pass 1: parsed user script and {parsed} library scripts{deferred} in {}real ms.",
             started.elapsed().as_millis()
         );
@@ -64,7 +64,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
     let elaborate_started = Instant::now();
     let program = front.elaborate(&map, &[user], &library, args)?;
     if args.verbose > 0 {
-        eprintln!(
+        errln!(
             "Pass 2: analyzed script: {} probes, {} functions, {} globals, {} library scripts parsed in {}real ms.",
             program.probes.len(),
             program.functions.len(),
@@ -94,7 +94,7 @@ fn open_kernel(args: &Args) -> Result<Box<dyn KernelFacts>, Failed> {
         None => match BtfKernel::open_default() {
             Ok(kernel) => Ok(Box::new(kernel)),
             Err(e) => {
-                eprintln!("WARNING: {e}");
+                errln!("WARNING: {e}");
                 Ok(Box::new(BtfKernel::without_btf()))
             }
         },

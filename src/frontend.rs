@@ -5,6 +5,7 @@
 //! so the binary's modules form no import circle.
 
 use crate::cli::{Args, KernelProbes, TracepointMechanism};
+use crate::out::errln;
 use crate::tapsets;
 use stap_lang::diag::{self, Diagnostic};
 use stap_lang::kernel::KernelFacts;
@@ -18,7 +19,7 @@ pub struct Failed;
 
 /// Prints a one-line error in stap's wording and fails.
 pub fn fail(message: impl std::fmt::Display) -> Failed {
-    eprintln!("ERROR: {message}");
+    errln!("ERROR: {message}");
     Failed
 }
 

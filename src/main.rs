@@ -1,5 +1,9 @@
 //! `stap-rs`: the command-line front of the compiler and runtime.
 
+// `print!`/`eprint!` panic on a closed pipe: everything goes through
+// `out`'s macros instead (src/out.rs).
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 mod callgraph;
 mod cli;
 mod driver;
@@ -12,6 +16,7 @@ mod run;
 mod tapsets;
 
 use clap::Parser;
+use out::errln;
 use std::process::ExitCode;
 
 /// The stack of the thread that runs every pass. The passes recurse over
@@ -32,7 +37,7 @@ fn main() -> ExitCode {
     let worker = match worker {
         Ok(worker) => worker,
         Err(e) => {
-            eprintln!("ERROR: cannot start the compiler thread: {e}");
+            errln!("ERROR: cannot start the compiler thread: {e}");
             return ExitCode::FAILURE;
         }
     };

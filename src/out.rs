@@ -1,4 +1,5 @@
-//! Writing listings, dumps and REPL answers to stdout.
+//! Writing listings, dumps and REPL answers to stdout, and messages to
+//! stderr.
 //!
 //! `print!` panics when stdout is a pipe whose reader has gone
 //! (`stap-rs -p2 script | head -1`): Rust ignores SIGPIPE, so the write
@@ -20,13 +21,25 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::out::write(format_args!("{}\n", format_args!($($arg)*))) };
 }
 
-pub(crate) use {out, outln};
+/// `eprintln!` that never panics: when stderr is closed or full, the
+/// message has nowhere to go, and losing it is better than a panic that
+/// would also be written there.
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::out::write_err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {errln, out, outln};
 
 pub fn write(args: fmt::Arguments<'_>) {
     let mut stdout = io::stdout().lock();
     if let Err(error) = stdout.write_fmt(args) {
         exit_on_write_error(&error);
     }
+}
+
+/// Writes to stderr, ignoring a failure: see [`errln`].
+pub fn write_err(args: fmt::Arguments<'_>) {
+    let _ = io::stderr().lock().write_fmt(args);
 }
 
 /// Ends the process after stdout failed: quietly with status 0 when the

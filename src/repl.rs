@@ -20,7 +20,7 @@ mod input;
 
 use crate::cli::Args;
 use crate::frontend::{self, Failed, Frontend, Tapsets, elab_options, fail};
-use crate::out::{out, outln};
+use crate::out::{errln, out, outln};
 use stap_lang::diag;
 use stap_lang::ir::{self, GlobalId, ProbeKind, Storage};
 use stap_lang::kernel::KernelFacts;
@@ -112,7 +112,7 @@ pub fn run(args: &Args, kernel: &dyn KernelFacts) -> Result<(), Failed> {
         match console::Console::redirect() {
             Ok((console, read)) => (Some(console), Some(read)),
             Err(e) => {
-                eprintln!("WARNING: probe output may break the line being typed: {e}");
+                errln!("WARNING: probe output may break the line being typed: {e}");
                 (None, None)
             }
         }
@@ -234,11 +234,11 @@ fn handle(
         "probes" => list_probes(kernel.as_deref(), running.as_ref().map(|r| r.module)),
         "detach" | "attach" => {
             let Some(kernel) = kernel else {
-                eprintln!("ERROR: no probes yet");
+                errln!("ERROR: no probes yet");
                 return None;
             };
             let Ok(id) = arg.parse::<usize>() else {
-                eprintln!("ERROR: :{name} takes a probe id (:probes lists them)");
+                errln!("ERROR: :{name} takes a probe id (:probes lists them)");
                 return None;
             };
             let done = if name == "detach" {
@@ -252,7 +252,7 @@ fn handle(
                     let point = point.map_or("", |p| p.point.as_str());
                     outln!("{name}ed probe {id}: {point}");
                 }
-                Err(e) => eprintln!("ERROR: {e}"),
+                Err(e) => errln!("ERROR: {e}"),
             }
         }
         "globals" => match running {
@@ -270,11 +270,11 @@ fn handle(
         "print" | "p" => match running {
             Some(running) => match global_id(running.runtime, arg) {
                 Some(id) => print_live(running.runtime, id),
-                None => eprintln!("ERROR: no global '{arg}'"),
+                None => errln!("ERROR: no global '{arg}'"),
             },
             None => match state.saved.get(arg) {
                 Some(saved) => print_saved(arg, saved),
-                None => eprintln!("ERROR: no global '{arg}'"),
+                None => errln!("ERROR: no global '{arg}'"),
             },
         },
         "clear" => {
@@ -284,7 +284,7 @@ fn handle(
             {
                 found = true;
                 if let Err(e) = running.runtime.globals.clear(id) {
-                    eprintln!("ERROR: cannot clear '{arg}': {e}");
+                    errln!("ERROR: cannot clear '{arg}': {e}");
                 }
             }
             if let Some(saved) = state.saved.get_mut(arg) {
@@ -296,18 +296,18 @@ fn handle(
                 };
             }
             if !found {
-                eprintln!("ERROR: no global '{arg}'");
+                errln!("ERROR: no global '{arg}'");
             }
         }
         "save" if !arg.is_empty() => match std::fs::write(arg, &state.script) {
             Ok(()) => outln!("saved {} bytes to {arg}", state.script.len()),
-            Err(e) => eprintln!("ERROR: cannot write '{arg}': {e}"),
+            Err(e) => errln!("ERROR: cannot write '{arg}': {e}"),
         },
         "load" if !arg.is_empty() => match std::fs::read_to_string(arg) {
             Ok(text) => return Some(Next::Rebuild(Change::Item(text))),
-            Err(e) => eprintln!("ERROR: cannot read '{arg}': {e}"),
+            Err(e) => errln!("ERROR: cannot read '{arg}': {e}"),
         },
-        _ => eprintln!("ERROR: unknown command ':{command}' (:help lists them)"),
+        _ => errln!("ERROR: unknown command ':{command}' (:help lists them)"),
     }
     None
 }
@@ -417,7 +417,7 @@ fn restore_globals(
             _ => Ok(()),
         };
         if let Err(e) = result {
-            eprintln!(
+            errln!(
                 "WARNING: cannot restore '{}': {e}",
                 runtime.globals.name(id)
             );
@@ -478,7 +478,7 @@ fn print_live(runtime: &HostRuntime, id: GlobalId) {
         None => Ok(()),
     };
     if let Err(e) = result {
-        eprintln!("ERROR: cannot read '{name}': {e}");
+        errln!("ERROR: cannot read '{name}': {e}");
     }
 }
 
@@ -726,7 +726,7 @@ fn run_built(
             None
         }
         Err(error) => {
-            eprintln!("ERROR: {error}");
+            errln!("ERROR: {error}");
             None
         }
     }
@@ -750,7 +750,7 @@ impl session::Hooks for Hooks<'_> {
             if let Some(stats) = self.state.stats.remove(&name)
                 && !runtime.globals.put_host_stats(id, stats)
             {
-                eprintln!(
+                errln!(
                     "WARNING: statistic '{name}' starts empty: it moved to the kernel \
                      or needs other aggregates now"
                 );

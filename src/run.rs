@@ -5,7 +5,7 @@
 
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{self, Failed, emit, fail};
-use crate::out::out;
+use crate::out::{errln, out};
 use stap_lang::diag::Diagnostic;
 use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::source::SourceMap;
@@ -25,7 +25,7 @@ pub fn run(
     let mut compiling = Instant::now();
     let mut lowered = |module: &ir::Module| {
         if args.verbose > 0 {
-            eprintln!(
+            errln!(
                 "Pass 3: translated to IR: {} functions, {} probes in {}real ms.",
                 module.functions.len(),
                 module.probes.len(),
@@ -57,7 +57,7 @@ pub fn run(
     if args.verbose > 0 {
         let insns: usize = object.programs.iter().map(|p| p.insns.len()).sum();
         let (host_functions, _) = host.compile_stats();
-        eprintln!(
+        errln!(
             "Pass 4: compiled {} BPF programs ({insns} instructions) and {host_functions} host functions in {}real ms.",
             object.programs.len(),
             compiling.elapsed().as_millis()
@@ -97,7 +97,7 @@ pub fn run(
     let verbose = args.verbose > 0;
     let mut ready = || {
         if verbose {
-            eprintln!("Pass 5: starting run.");
+            errln!("Pass 5: starting run.");
         }
     };
     let outcome = match session::run(&compiled, &settings, &mut ready) {
@@ -149,11 +149,11 @@ fn http_settings(
     };
     let addr = stap_runtime::http::parse_addr(text).map_err(|e| fail(format!("--http: {e}")))?;
     if procfs.is_none() {
-        eprintln!("WARNING: --http {text}: the script has no procfs probes; nothing is served");
+        errln!("WARNING: --http {text}: the script has no procfs probes; nothing is served");
         return Ok(None);
     }
     if stap_runtime::http::is_exposed(&addr) {
-        eprintln!(
+        errln!(
             "WARNING: --http {addr} is not a loopback address: anyone who can reach it can read the metrics{}",
             if args.http_write {
                 " and run the write probes"
@@ -194,7 +194,7 @@ fn check_target_pid(pid: Option<i32>) -> Result<(), Failed> {
     if unsafe { libc::kill(pid, 0) } != 0
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
     {
-        eprintln!("WARNING: -x {pid}: no such process; target() is {pid} all the same");
+        errln!("WARNING: -x {pid}: no such process; target() is {pid} all the same");
     }
     Ok(())
 }

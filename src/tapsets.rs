@@ -4,6 +4,7 @@
 
 pub mod scan;
 
+use crate::out::errln;
 use stap_lang::sema::Declared;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -89,7 +90,7 @@ pub fn load(include_dirs: &[impl AsRef<Path>], key: &SearchKey) -> Result<Vec<Ta
         let dir = dir.as_ref();
         if !dir.is_dir() {
             // As stap: a missing directory adds no tapsets.
-            eprintln!("WARNING: tapset directory {} does not exist", dir.display());
+            errln!("WARNING: tapset directory {} does not exist", dir.display());
             continue;
         }
         let mut seen = HashSet::new();
@@ -272,7 +273,7 @@ mod tests {
             None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/stap-corpus"),
         };
         if !corpus.is_dir() {
-            eprintln!("skipped: ../shared/stap-corpus is absent");
+            errln!("skipped: ../shared/stap-corpus is absent");
             return;
         }
         let mut files = Vec::new();

@@ -820,6 +820,20 @@ fn a_closed_stdout_ends_the_repl_quietly() {
 }
 
 #[test]
+fn a_closed_stderr_loses_messages_without_a_panic() {
+    // A pipe whose reader has gone: every write to it fails with EPIPE.
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-v", "-p2", "-e", "probe begin { }"])
+        .stdout(Stdio::piped())
+        .stderr(writer)
+        .output()
+        .expect("running stap-rs");
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
 fn a_define_that_sets_nothing_is_a_warning() {
     for (define, expected) in [
         (

@@ -5,6 +5,7 @@
 use super::Request;
 use super::complete::Completions;
 use super::console;
+use crate::out::errln;
 use rustyline::completion::Completer;
 use rustyline::config::{Behavior, CompletionType, Config};
 use rustyline::error::ReadlineError;
@@ -51,7 +52,7 @@ pub fn read_lines(end: EditorEnd) {
     let mut editor = match Editor::<Input, DefaultHistory>::with_config(config.build()) {
         Ok(editor) => editor,
         Err(e) => {
-            eprintln!("ERROR: cannot start the line editor: {e}");
+            errln!("ERROR: cannot start the line editor: {e}");
             drop(output);
             let _ = requests.send(Request::Quit);
             let _ = acks.recv();
