@@ -47,6 +47,9 @@ mod callgraph;
 #[path = "live/try_catch.rs"]
 mod try_catch;
 
+#[path = "live/sdt.rs"]
+mod sdt;
+
 #[path = "live/pretty.rs"]
 mod pretty;
 

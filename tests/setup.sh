@@ -12,6 +12,8 @@ command -v prometheus >/dev/null || need_apt+=(prometheus)   # the fleet test sc
 command -v curl >/dev/null || need_apt+=(curl)   # the procfs/HTTP tests fetch /metrics as a user would
 command -v dot >/dev/null || need_apt+=(graphviz)   # --callgraph -o X.svg renders with dot
 command -v trace-cmd >/dev/null || need_apt+=(trace-cmd)   # the call-graph test compares with function_graph
+[ -e /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -e /usr/include/sys/sdt.h ] ||
+  need_apt+=(systemtap-sdt-dev)   # the SDT marker tests build a program with <sys/sdt.h>
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

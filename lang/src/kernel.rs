@@ -246,6 +246,22 @@ pub trait KernelFacts {
         Ok(None)
     }
 
+    /// The SDT marker sites of the user-space binary at `path` (its
+    /// `.note.stapsdt` notes), for `process(PATH).mark(NAME)` probes.
+    /// `Err` says why the binary could not be read.
+    fn sdt_markers(&self, path: &str) -> Result<Vec<crate::sdt::SdtMarker>, FactsError> {
+        let _ = path;
+        Ok(Vec::new())
+    }
+
+    /// The files a `process("PATH")` names, as stap resolves them: a glob
+    /// (`/usr/lib*/libpython*.so*`) against the file system, a name
+    /// without `/` through `$PATH`, anything else as written. Empty when
+    /// nothing matches.
+    fn user_paths(&self, pattern: &str) -> Vec<String> {
+        vec![pattern.to_string()]
+    }
+
     /// Every system call of the kernel's native ABI as `(number, name)`,
     /// by number. Names are the ABI's (`stat`, `umount2`), as `__NR_NAME`
     /// spells them. Empty when unknown.

@@ -26,6 +26,7 @@ pub mod parse;
 pub mod pipeline;
 pub mod preprocess;
 pub mod printf;
+pub mod sdt;
 pub mod sema;
 pub mod source;
 // Test fixtures (a fake kernel, script helpers): never in a production

@@ -200,6 +200,7 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             function,
             is_return,
         } => uprobe(prog, Path::new(path), function, *is_return).map(|fd| vec![fd]),
+        AttachKind::Marker { path, sites, .. } => marker(prog, Path::new(path), sites),
         AttachKind::Netfilter {
             pf,
             hooknum,
@@ -544,6 +545,59 @@ fn uprobe(
         0,
         &format!("uprobe on {}:{function}", path.display()),
     )
+}
+
+/// An SDT marker: a uprobe at each site. A site with a semaphore gets it
+/// as the uprobe's reference counter (`ref_ctr_offset`, Linux 4.20), which
+/// the kernel increments in every process that maps the file while the
+/// probe is attached, so the program evaluates the marker's arguments.
+fn marker(prog: BorrowedFd, path: &Path, sites: &[(u64, u64)]) -> Result<Vec<OwnedFd>, String> {
+    let (perf_type, _) = probe_pmu("uprobe").map_err(|_| {
+        format!(
+            "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \
+             the kernel was built without CONFIG_UPROBE_EVENTS"
+        )
+    })?;
+    let ref_ctr_shift = pmu_format_shift("uprobe", "ref_ctr_offset");
+    sites
+        .iter()
+        .map(|&(offset, semaphore)| {
+            let config = match (semaphore, ref_ctr_shift) {
+                (0, _) => 0,
+                (semaphore, Some(shift)) => semaphore << shift,
+                (_, None) => {
+                    return Err(format!(
+                        "the marker at {}+{offset:#x} has a semaphore, which this kernel's \
+                         uprobes cannot set (no ref_ctr_offset, Linux 4.20)",
+                        path.display()
+                    ));
+                }
+            };
+            let event = PerfEvent {
+                perf_type,
+                config,
+                sample_period: 1,
+                probe_name: Some(path.to_string_lossy().into_owned()),
+                probe_offset: offset,
+                ..PerfEvent::default()
+            };
+            let what = format!("uprobe on {}+{offset:#x}", path.display());
+            open_and_attach(prog, &event, 0, &what)
+        })
+        .collect()
+}
+
+/// The first bit of a PMU format field in `config` ("config:32-63" → 32).
+fn pmu_format_shift(pmu: &str, field: &str) -> Option<u32> {
+    let text = fs::read_to_string(
+        Path::new(EVENT_SOURCES)
+            .join(pmu)
+            .join("format")
+            .join(field),
+    )
+    .ok()?;
+    let bits = text.trim().strip_prefix("config:")?;
+    bits.split('-').next()?.parse().ok().filter(|bit| *bit < 64)
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub mod kernel;
 pub mod lines;
 pub mod load;
 pub mod ringbuf;
+pub mod sdt;
 pub mod session;
 pub mod stop;
 pub mod sys;

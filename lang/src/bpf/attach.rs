@@ -26,9 +26,10 @@ impl AttachKind {
             AttachKind::RawTracepoint { .. } => BPF_PROG_TYPE_RAW_TRACEPOINT,
             AttachKind::TpBtf { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::Tracepoint { .. } => BPF_PROG_TYPE_TRACEPOINT,
-            AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. } | AttachKind::Uprobe { .. } => {
-                BPF_PROG_TYPE_KPROBE
-            }
+            AttachKind::Kprobe { .. }
+            | AttachKind::Kprobes { .. }
+            | AttachKind::Uprobe { .. }
+            | AttachKind::Marker { .. } => BPF_PROG_TYPE_KPROBE,
             AttachKind::Fentry { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::PerfEvent { .. } => BPF_PROG_TYPE_PERF_EVENT,
             AttachKind::Netfilter { .. } => BPF_PROG_TYPE_NETFILTER,
@@ -53,6 +54,7 @@ impl AttachKind {
             | AttachKind::Tracepoint { .. }
             | AttachKind::Kprobe { .. }
             | AttachKind::Uprobe { .. }
+            | AttachKind::Marker { .. }
             | AttachKind::PerfEvent { .. } => 0,
         }
     }
@@ -107,6 +109,12 @@ impl AttachKind {
                 "process(\"{path}\").function(\"{function}\"){}",
                 ret(*is_return)
             ),
+            AttachKind::Marker {
+                path,
+                provider,
+                name,
+                ..
+            } => format!("process(\"{path}\").provider(\"{provider}\").mark(\"{name}\")"),
             AttachKind::Netfilter {
                 pf,
                 hooknum,

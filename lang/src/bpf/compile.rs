@@ -633,13 +633,26 @@ fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<Att
         },
         ProbeKind::Process {
             path,
-            target,
+            target:
+                ProcessTarget::Mark {
+                    provider,
+                    name,
+                    sites,
+                },
+            ..
+        } => AttachKind::Marker {
+            path: path.clone(),
+            provider: provider.clone(),
+            name: name.clone(),
+            sites: sites.clone(),
+        },
+        ProbeKind::Process {
+            path,
+            target: ProcessTarget::Function(function) | ProcessTarget::Statement(function),
             is_return,
         } => AttachKind::Uprobe {
             path: path.clone(),
-            function: match target {
-                ProcessTarget::Function(name) | ProcessTarget::Statement(name) => name.clone(),
-            },
+            function: function.clone(),
             is_return: *is_return,
         },
         ProbeKind::Netfilter {

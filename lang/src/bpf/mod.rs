@@ -139,6 +139,15 @@ pub enum AttachKind {
         function: String,
         is_return: bool,
     },
+    /// An SDT marker: a uprobe at each site (a file offset), with the
+    /// uprobe's reference counter on the site's semaphore (a file offset;
+    /// 0 without one), which the kernel increments while it is attached.
+    Marker {
+        path: String,
+        provider: String,
+        name: String,
+        sites: Vec<(u64, u64)>,
+    },
     /// One kprobe program on many kernel functions: the handlers of a
     /// wildcard probe whose code does not depend on which function fired.
     /// With `multi`, one kprobe_multi link (the program is loaded with

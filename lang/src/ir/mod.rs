@@ -516,7 +516,8 @@ pub enum Op {
         dst: Reg,
         index: u32,
     },
-    /// A classic tracepoint record field.
+    /// A field of the context: a classic tracepoint record's, or a
+    /// register in a kprobe's or uprobe's `pt_regs` (an SDT argument).
     ContextField {
         dst: Reg,
         offset: u32,

@@ -252,6 +252,21 @@ impl BodyLowerer<'_, '_> {
         if let ast::ExprKind::Context(AstContextVar::Bulk { which, pretty }) = &base.kind {
             return self.bulk(*which, *pretty, base.span);
         }
+        // `$$name` and `$$provider` (the parser spells them `$name`):
+        // an SDT marker's, known when the probe is resolved.
+        if let ast::ExprKind::Context(AstContextVar::Named(var)) = &base.kind
+            && path.is_empty()
+            && !address_of
+            && let Some((provider, marker)) = self.ctx.as_ref().and_then(|c| c.marker.as_ref())
+        {
+            match var.as_str() {
+                "$name" => return typed(ExprKind::Str(marker.clone()), Type::String, e.span),
+                "$provider" => {
+                    return typed(ExprKind::Str(provider.clone()), Type::String, e.span);
+                }
+                _ => {}
+            }
+        }
         if self.is_entry_param(base) {
             // A parameter in a kretprobe: as in stap, the value it had at
             // the entry, saved there (the implicit `@entry`).

@@ -365,6 +365,18 @@ impl ProbeKind {
                 let what = match target {
                     ProcessTarget::Function(f) => format!("function {f}"),
                     ProcessTarget::Statement(s) => format!("statement {s}"),
+                    ProcessTarget::Mark {
+                        provider,
+                        name,
+                        sites,
+                    } => {
+                        let semaphores = sites.iter().filter(|(_, s)| *s != 0).count();
+                        let plural = if sites.len() == 1 { "" } else { "s" };
+                        format!(
+                            "SDT marker {provider}:{name} ({} site{plural}, {semaphores} with a semaphore)",
+                            sites.len()
+                        )
+                    }
                 };
                 let kind = if *is_return { "uretprobe" } else { "uprobe" };
                 format!("{kind} on {path}, {what} (address resolved from the binary)")
@@ -402,6 +414,13 @@ pub enum FunctionMechanism {
 pub enum ProcessTarget {
     Function(String),
     Statement(String),
+    /// SDT marker sites that share one argument layout (one program for
+    /// all of them): `(file offset, semaphore file offset or 0)` each.
+    Mark {
+        provider: String,
+        name: String,
+        sites: Vec<(u64, u64)>,
+    },
 }
 
 /// One context variable a probe point offers.
@@ -429,6 +448,8 @@ pub enum ContextSource {
     PointedField { index: u32, offset: u32 },
     /// A value known when the probe is resolved (netfilter: `$hooknum`).
     Constant(i64),
+    /// `$argN` of an SDT marker, where its note says it is.
+    SdtArg(crate::sdt::SdtArg),
 }
 
 #[derive(Debug, Clone, PartialEq)]

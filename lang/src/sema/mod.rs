@@ -28,6 +28,7 @@ mod walk;
 
 pub use hir::*;
 pub use library::{Declared, Library};
+pub use points::glob_match;
 
 use crate::ast;
 use crate::diag::Diagnostic;

@@ -58,6 +58,7 @@ fn source_of(v: &ContextVar) -> String {
         ContextSource::Return => "return value".to_string(),
         ContextSource::PointedField { index, offset } => format!("ctx[{index}] +{offset}"),
         ContextSource::Constant(n) => format!("constant {n}"),
+        ContextSource::SdtArg(arg) => format!("SDT argument {arg}"),
     }
 }
 

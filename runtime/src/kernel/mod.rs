@@ -478,6 +478,14 @@ impl KernelFacts for BtfKernel {
         Ok(None)
     }
 
+    fn sdt_markers(&self, path: &str) -> Result<Vec<stap_lang::sdt::SdtMarker>, FactsError> {
+        crate::sdt::markers(Path::new(path)).map_err(FactsError)
+    }
+
+    fn user_paths(&self, pattern: &str) -> Vec<String> {
+        crate::sdt::user_paths(pattern)
+    }
+
     fn user_statement(&self, path: &str, spec: &str) -> Result<Option<u64>, FactsError> {
         crate::lines::statement_offset(Path::new(path), spec)
             .map(Some)

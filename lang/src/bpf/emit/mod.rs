@@ -1088,8 +1088,10 @@ impl Emitter<'_> {
                 size,
                 signed,
             } => {
-                if self.context != ContextStyle::Record {
-                    self.unsupported("a tracepoint record field outside a classic tracepoint");
+                // A classic tracepoint's record, or a probe's `pt_regs`
+                // (an SDT marker's register argument): a load either way.
+                if !matches!(self.context, ContextStyle::Record | ContextStyle::PtRegs { .. }) {
+                    self.unsupported("a context field outside a classic tracepoint or a probe");
                     return;
                 }
                 let Some(width) = size_code(*size) else {

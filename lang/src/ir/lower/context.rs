@@ -11,11 +11,16 @@
 use super::FnLowering;
 use crate::ast::PrettyDepth;
 use crate::ir::{BinOp, Catch, CmpOp, Op, Reg, ValType};
+use crate::sdt::{SdtArg, SdtLocation};
 use crate::sema::hir::{
     AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextSource, ContextVar,
     PrettyShape,
 };
 use crate::source::Span;
+
+/// `struct pt_regs` (x86_64) offset of the instruction pointer: at a
+/// uprobe, the probed instruction's address.
+const PT_REGS_IP: u32 = 128;
 
 #[derive(Clone, Copy)]
 enum Cursor {
@@ -108,6 +113,7 @@ impl FnLowering<'_, '_> {
     fn context_var(&mut self, var: &ContextVar, signed: bool, span: Span) -> Reg {
         let dst = self.body.reg(ValType::Long);
         let op = match var.source {
+            ContextSource::SdtArg(ref arg) => return self.sdt_arg(arg, span),
             ContextSource::TracepointArg(index) | ContextSource::FunctionParam(index) => {
                 Op::ContextArg { dst, index }
             }
@@ -126,6 +132,68 @@ impl FnLowering<'_, '_> {
             ContextSource::Constant(n) => return self.constant(n, span),
         };
         self.body.emit(op, span);
+        dst
+    }
+
+    /// An SDT marker's `$argN`, decoded from its note: a register, user
+    /// memory addressed by registers, a constant, or a global next to the
+    /// marker; extended to a long by its size and sign.
+    fn sdt_arg(&mut self, arg: &SdtArg, span: Span) -> Reg {
+        let value = match &arg.location {
+            SdtLocation::Constant(n) => return self.constant(*n, span),
+            SdtLocation::Register { pt_regs, high_byte } => {
+                let reg = self.pt_regs(*pt_regs, span);
+                if !*high_byte {
+                    reg
+                } else {
+                    let eight = self.constant(8, span);
+                    self.arith(BinOp::Shr, reg, eight, span)
+                }
+            }
+            SdtLocation::Memory { disp, base, index } => {
+                let mut addr = self.constant(*disp, span);
+                if let Some(base) = base {
+                    let base = self.pt_regs(*base, span);
+                    addr = self.arith(BinOp::Add, addr, base, span);
+                }
+                if let Some((index, scale)) = index {
+                    let index = self.pt_regs(*index, span);
+                    let scale = self.constant(i64::from(*scale), span);
+                    let scaled = self.arith(BinOp::Mul, index, scale, span);
+                    addr = self.arith(BinOp::Add, addr, scaled, span);
+                }
+                return self.read_memory(addr, arg.bytes, arg.signed, span);
+            }
+            SdtLocation::IpRelative { delta } => {
+                let ip = self.pt_regs(PT_REGS_IP, span);
+                let addr = self.offset(ip, *delta, span);
+                return self.read_memory(addr, arg.bytes, arg.signed, span);
+            }
+            // Refused in pass 2 (the variable is unreadable there).
+            SdtLocation::Unsupported(why) => {
+                self.m.unsupported(format!("the SDT argument {why}"), span);
+                return self.constant(0, span);
+            }
+        };
+        if arg.bytes >= 8 {
+            value
+        } else {
+            self.extend(value, arg.bytes, arg.signed, span)
+        }
+    }
+
+    /// The 8-byte register at `offset` in a uprobe's `struct pt_regs`.
+    fn pt_regs(&mut self, offset: u32, span: Span) -> Reg {
+        let dst = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::ContextField {
+                dst,
+                offset,
+                size: 8,
+                signed: false,
+            },
+            span,
+        );
         dst
     }
 

@@ -63,6 +63,8 @@ pub(crate) struct ProbeContext {
     /// instead of the raw arguments when it uses one of them (`vars` then
     /// also lists the fields whose names no argument has).
     pub classic_fields: Option<Vec<crate::kernel::ClassicField>>,
+    /// SDT markers: `$$provider` and `$$name`.
+    pub marker: Option<(String, String)>,
 }
 
 /// One concrete point a probe body gets attached to.
@@ -99,7 +101,7 @@ const FAMILIES: &[&[&str]] = &[
 ];
 
 /// `fnmatch`-style matching with `*` and `?`.
-pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+pub fn glob_match(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
     let (mut pi, mut ti) = (0, 0);

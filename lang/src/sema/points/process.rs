@@ -1,19 +1,27 @@
 //! `process("PATH").function("F")[.return]` and `.statement(...)`:
 //! uprobes, with the parameters the binary's DWARF gives, read from the
-//! registers of the calling convention.
+//! registers of the calling convention. `process("PATH").mark("NAME")`:
+//! uprobes on SDT marker sites, with `$argN` where each site's note says.
 
 use super::{
-    Component, ProbeContext, ResolvedPoint, has_wildcard, plain, render, string_arg, with_context,
+    Component, ProbeContext, ResolvedPoint, glob_match, has_wildcard, plain, render, string_arg,
+    with_context,
 };
 use crate::ast_print::quote_string;
 use crate::diag::Diagnostic;
 use crate::kernel::{FunctionProto, KernelFacts, TypeId, TypeKind};
+use crate::sdt::{SdtLocation, SdtMarker};
 use crate::sema::hir::{ContextSource, ContextVar, ProbeKind, ProcessTarget};
 use crate::sema::symbols::Elaborator;
 use crate::source::Span;
 
 /// The point names, for "did you mean".
-pub(super) const NAMES: &[&str] = &["process.function", "process.statement"];
+pub(super) const NAMES: &[&str] = &[
+    "process.function",
+    "process.statement",
+    "process.mark",
+    "process.provider.mark",
+];
 
 impl<'a> Elaborator<'a> {
     /// `process("PATH").function("F")[.call|.return]` or `.statement("S")`.
@@ -24,7 +32,18 @@ impl<'a> Elaborator<'a> {
     ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
         let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
         let rest = &names[1..];
-        let path = string_arg(&comps[0], "process")?.to_string();
+        let pattern = string_arg(&comps[0], "process")?;
+        match rest {
+            ["mark"] => {
+                return self.resolve_marks(pattern, "*", string_arg(&comps[1], "mark")?, span);
+            }
+            ["provider", "mark"] => {
+                let provider = string_arg(&comps[1], "provider")?;
+                return self.resolve_marks(pattern, provider, string_arg(&comps[2], "mark")?, span);
+            }
+            _ => {}
+        }
+        let path = self.one_user_path(pattern, comps[0].span)?;
         let (target, is_return) = match rest {
             ["function"] | ["function", "call"] => (
                 ProcessTarget::Function(string_arg(&comps[1], "function")?.into()),
@@ -45,7 +64,7 @@ impl<'a> Elaborator<'a> {
                 ))
                 .at(
                     span,
-                    "expected `.function(\"f\")[.return]` or `.statement(\"...\")`",
+                    "expected `.function(\"f\")[.return]`, `.statement(\"...\")` or `.mark(\"name\")`",
                 ));
             }
         };
@@ -73,6 +92,101 @@ impl<'a> Elaborator<'a> {
             plain(kind, "process", render(comps), span),
             context,
         )])
+    }
+
+    /// The one file a `process("PATH")` of a function or statement probe
+    /// names: a glob or a bare program name resolved as stap does (the
+    /// first match), a plain path as written.
+    fn one_user_path(&self, pattern: &str, span: Span) -> Result<String, Diagnostic> {
+        if pattern.contains('/') && !has_wildcard(pattern) {
+            return Ok(pattern.to_string());
+        }
+        self.facts
+            .user_paths(pattern)
+            .into_iter()
+            .next()
+            .ok_or_else(|| no_such_file(pattern, span))
+    }
+
+    /// `process("PATH")[.provider("P")].mark("NAME")`: one probe per group
+    /// of marker sites that share an argument layout, in every file PATH
+    /// names. NAME and P may hold wildcards; `-` in NAME stands for the
+    /// `__` of the note (dtrace's `function-entry` is `function__entry`).
+    fn resolve_marks(
+        &mut self,
+        pattern: &str,
+        provider: &str,
+        name: &str,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let paths = self.facts.user_paths(pattern);
+        if paths.is_empty() {
+            return Err(no_such_file(pattern, span));
+        }
+        let name = name.replace('-', "__");
+        let long = self.facts.find_type("long").ok().flatten().ok_or_else(|| {
+            Diagnostic::error("the kernel's BTF has no `long` type for SDT arguments")
+                .at(span, "in this probe point")
+        })?;
+        let mut out = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        for path in &paths {
+            let markers = self.facts.sdt_markers(path).map_err(|e| {
+                Diagnostic::error(format!("cannot read the SDT markers of {path}: {e}"))
+                    .at(span, "in this probe point")
+            })?;
+            // Sites of one marker with the same argument specs share a program.
+            let mut groups: Vec<(&SdtMarker, Vec<(u64, u64)>)> = Vec::new();
+            for m in &markers {
+                seen.push(format!("{}:{}", m.provider, m.name));
+                if !glob_match(provider, &m.provider) || !glob_match(&name, &m.name) {
+                    continue;
+                }
+                let same = |(g, _): &&mut (&SdtMarker, Vec<(u64, u64)>)| {
+                    g.provider == m.provider && g.name == m.name && g.args == m.args
+                };
+                match groups.iter_mut().find(same) {
+                    Some((_, sites)) => sites.push((m.offset, m.semaphore)),
+                    None => groups.push((m, vec![(m.offset, m.semaphore)])),
+                }
+            }
+            for (marker, sites) in groups {
+                let resolved = format!(
+                    "process({}).mark({})",
+                    quote_string(path),
+                    quote_string(&marker.name)
+                );
+                let kind = ProbeKind::Process {
+                    path: path.clone(),
+                    target: ProcessTarget::Mark {
+                        provider: marker.provider.clone(),
+                        name: marker.name.clone(),
+                        sites,
+                    },
+                    is_return: false,
+                };
+                out.push(with_context(
+                    plain(kind, "process", resolved, span),
+                    marker_context(marker, long),
+                ));
+            }
+        }
+        if out.is_empty() {
+            seen.sort();
+            seen.dedup();
+            let files = paths.join(", ");
+            let listing = if seen.is_empty() {
+                format!("{files} has no SDT markers (no .note.stapsdt section)")
+            } else {
+                format!("{files} has {}", seen.join(", "))
+            };
+            return Err(
+                Diagnostic::error(format!("no SDT marker `{provider}:{name}` in {files}"))
+                    .at(span, "no marker matches this")
+                    .note(listing),
+            );
+        }
+        Ok(out)
     }
 
     /// What a process probe's body may read. The DWARF is read here, but
@@ -226,6 +340,44 @@ fn no_dwarf_context(is_return: bool, why: String) -> ProbeContext {
         family: "process",
         is_return,
         no_dwarf: Some(why),
+        ..ProbeContext::default()
+    }
+}
+
+/// `process("PATH")` naming no file.
+fn no_such_file(pattern: &str, span: Span) -> Diagnostic {
+    let how = if pattern.contains('/') {
+        "no file matches this path"
+    } else {
+        "no executable of this name in $PATH"
+    };
+    Diagnostic::error(format!("process({}) names no file", quote_string(pattern))).at(span, how)
+}
+
+/// An SDT marker's context: `$arg1`..`$argN` as longs, from its note's
+/// argument specs; `$$name` and `$$provider`.
+fn marker_context(marker: &SdtMarker, long: TypeId) -> ProbeContext {
+    let mut vars = Vec::new();
+    let mut unreadable = Vec::new();
+    for (i, arg) in marker.args.iter().enumerate() {
+        let name = format!("arg{}", i + 1);
+        match &arg.location {
+            SdtLocation::Unsupported(why) => {
+                unreadable.push((name, format!("its note says {why}")));
+            }
+            _ => vars.push(ContextVar {
+                name,
+                ty: long,
+                type_name: "long".to_string(),
+                source: ContextSource::SdtArg(arg.clone()),
+            }),
+        }
+    }
+    ProbeContext {
+        family: "process",
+        vars,
+        unreadable,
+        marker: Some((marker.provider.clone(), marker.name.clone())),
         ..ProbeContext::default()
     }
 }
