@@ -25,7 +25,7 @@ mod statistics;
 mod strfuncs;
 mod strings;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 use super::Options;
 use super::insn::{self, B, DW, FP, H, Insn, R0, R1, R2, R3, R4, R5, W, helper};
@@ -186,6 +186,58 @@ pub(super) fn emit_probe(
     maps: &MapIndex,
     out_of_bounds: bool,
 ) -> Result<Emitted, Vec<Diagnostic>> {
+    // A `catch` whose `try` body has no run-time error in this backend
+    // (every fail site decides that as it is emitted) is dead code, which
+    // the verifier rejects: emit again without it until none is left.
+    let mut dead_catches = HashSet::new();
+    loop {
+        let emitter = emit_handler(
+            module,
+            probe_index,
+            function,
+            options,
+            maps,
+            out_of_bounds,
+            &dead_catches,
+        );
+        let unused: Vec<u32> = catch_handlers(function, &emitter.reachable)
+            .filter(|h| !emitter.used_catches.contains(h) && !dead_catches.contains(h))
+            .collect();
+        if unused.is_empty() {
+            return finish_probe(module, probe_index, emitter);
+        }
+        dead_catches.extend(unused);
+    }
+}
+
+/// The handler blocks of the `catch`es of reachable blocks.
+fn catch_handlers<'f>(
+    function: &'f Function,
+    reachable: &'f [bool],
+) -> impl Iterator<Item = u32> + 'f {
+    let mut handlers: Vec<u32> = function
+        .blocks
+        .iter()
+        .zip(reachable)
+        .filter(|(_, reachable)| **reachable)
+        .filter_map(|(block, _)| block.catch.map(|c| c.handler.0))
+        .collect();
+    handlers.sort_unstable();
+    handlers.dedup();
+    handlers.into_iter()
+}
+
+/// One emission of the handler; `dead_catches` are `catch` handler blocks
+/// treated as unreachable.
+fn emit_handler<'a>(
+    module: &'a Module,
+    probe_index: usize,
+    function: &'a Function,
+    options: &Options,
+    maps: &'a MapIndex,
+    out_of_bounds: bool,
+    dead_catches: &HashSet<u32>,
+) -> Emitter<'a> {
     let probe = &module.probes[probe_index];
     let alloc = regalloc::allocate(function);
     let n = options.max_string_len.max(8);
@@ -228,10 +280,22 @@ pub(super) fn emit_probe(
         flush_sub: None,
         task: options.kernel.task,
         pointer_slots: options.kernel.pointer_slots(probe_index),
+        dead_catches: dead_catches.clone(),
+        used_catches: HashSet::new(),
     };
     emitter.plan_regions();
     emitter.scratch = emitter.plan_scratch();
     emitter.function_body();
+    emitter
+}
+
+/// Stack and scratch checks, then the final instructions.
+fn finish_probe(
+    module: &Module,
+    probe_index: usize,
+    mut emitter: Emitter<'_>,
+) -> Result<Emitted, Vec<Diagnostic>> {
+    let probe = &module.probes[probe_index];
     // Every frame (handler and callbacks) has the same layout; the
     // verifier adds up the frames of the deepest call chain, each rounded
     // up to 32 bytes.
@@ -342,7 +406,7 @@ fn return_value(kind: &ProbeKind) -> i32 {
 
 /// Blocks reachable from the entry, in order (the verifier rejects
 /// unreachable instructions).
-fn reachable_blocks(function: &Function) -> Vec<bool> {
+fn reachable_blocks(function: &Function, dead_catches: &HashSet<u32>) -> Vec<bool> {
     let mut seen = vec![false; function.blocks.len()];
     let mut stack = vec![0u32];
     while let Some(b) = stack.pop() {
@@ -355,7 +419,12 @@ fn reachable_blocks(function: &Function) -> Vec<bool> {
         *flag = true;
         let block = &function.blocks[b as usize];
         stack.extend(regalloc::successors(&block.term));
-        stack.extend(block.catch.map(|c| c.handler.0));
+        stack.extend(
+            block
+                .catch
+                .map(|c| c.handler.0)
+                .filter(|h| !dead_catches.contains(h)),
+        );
     }
     seen
 }
@@ -415,6 +484,10 @@ struct Emitter<'a> {
     task: super::facts::TaskLayout,
     /// Context slots that may hold BTF-typed pointers (`facts.rs`).
     pointer_slots: u64,
+    /// `catch` handler blocks no error reaches: not emitted.
+    dead_catches: HashSet<u32>,
+    /// `catch` handler blocks some emitted error jumps to.
+    used_catches: HashSet<u32>,
 }
 
 impl Emitter<'_> {
@@ -777,7 +850,7 @@ impl Emitter<'_> {
         let function = self.function;
         let block_labels: Vec<Label> = function.blocks.iter().map(|_| self.new_label()).collect();
         self.prologue(bail);
-        self.reachable = reachable_blocks(function);
+        self.reachable = reachable_blocks(function, &self.dead_catches);
         self.frame_labels = block_labels.clone();
         // Blocks of kernel `foreach` bodies go to their callbacks.
         let order: Vec<usize> = (0..function.blocks.len())

@@ -72,12 +72,14 @@ impl Emitter<'_> {
 
     /// Inside `try` (and not in a callback, a BPF function of its own):
     /// the handler's label and the register for its `catch (msg)`.
-    fn catch_target(&self) -> Option<(Label, Option<Reg>)> {
+    /// Asking means an error jumps there: the handler is then emitted.
+    fn catch_target(&mut self) -> Option<(Label, Option<Reg>)> {
         if self.in_callback {
             return None;
         }
         let catch = self.function.blocks.get(self.current_block)?.catch?;
         let label = *self.frame_labels.get(catch.handler.0 as usize)?;
+        self.used_catches.insert(catch.handler.0);
         Some((label, catch.message))
     }
 
