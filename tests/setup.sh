@@ -14,6 +14,7 @@ command -v dot >/dev/null || need_apt+=(graphviz)   # --callgraph -o X.svg rende
 command -v trace-cmd >/dev/null || need_apt+=(trace-cmd)   # the call-graph test compares with function_graph
 [ -e /usr/include/x86_64-linux-gnu/sys/sdt.h ] || [ -e /usr/include/sys/sdt.h ] ||
   need_apt+=(systemtap-sdt-dev)   # the SDT marker tests build a program with <sys/sdt.h>
+command -v stap >/dev/null || need_apt+=(systemtap)   # the stap.* marker tapset test runs stap -p1
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "== apt-get install ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -108,4 +108,68 @@ fn sdt_marker_errors_name_the_marker_and_the_argument() {
         r#"probe process("/nonexistent/lib*.so").mark("x") { }"#.to_string(),
         &["process(\"/nonexistent/lib*.so\") names no file"],
     );
+    // A marker tapset whose library lacks the markers (Debian's glib)
+    // names the library and its package.
+    let glib = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", "probe glib.mem_alloc { println(n_bytes) }"])
+        .output()
+        .expect("running stap-rs");
+    if !glib.status.success() {
+        let stderr = String::from_utf8_lossy(&glib.stderr);
+        assert!(
+            stderr.contains("libglib-2.0.so") && stderr.contains("Debian package libglib2.0-0"),
+            "{stderr}"
+        );
+    }
+}
+
+/// The stap.* tapset over stap's own markers (Debian's systemtap package):
+/// `stap -p1` without a kernel build tree stops after its pass 0 and
+/// cleans up (pass 6), and both markers carry the session's address.
+#[test]
+fn stap_tapset_sees_a_stap_run() {
+    let _one = serial();
+    if !Path::new("/usr/bin/stap").exists() {
+        eprintln!("stap-rs-skip: no /usr/bin/stap (tests/setup.sh installs systemtap)");
+        return;
+    }
+    let script = r#"probe stap.pass0 { printf("pass0 %d\n", session != 0) }
+                    probe stap.pass6 { printf("pass6 %d\n", session != 0) }"#;
+    let done = Session::start(&["-c", "stap -p1 -e 'probe begin {}'", "-e", script]).finish();
+    assert!(
+        done.stdout.starts_with("pass0 1\n") && done.stdout.ends_with("pass6 1\n"),
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+}
+
+/// python.function.return over the markers of Debian's python3 (guarded
+/// by semaphores, which the kernel sets while the probe is attached).
+#[test]
+fn python_tapset_names_the_returning_function() {
+    let _one = serial();
+    if !Path::new("/usr/bin/python3").exists() {
+        eprintln!("stap-rs-skip: no /usr/bin/python3");
+        return;
+    }
+    let program = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap_probe_me.py");
+    std::fs::write(
+        &program,
+        "def stap_probe_me(x):\n    return x\nlist(map(stap_probe_me, [1, 2]))\n",
+    )
+    .unwrap();
+    let script = r#"probe python.function.return {
+                      if (funcname == "stap_probe_me") printf("%s %s:%d\n", funcname, filename, lineno)
+                    }"#;
+    let command = format!("/usr/bin/python3 {}", program.display());
+    let done = Session::start(&["-c", &command, "-e", script]).finish();
+    assert_success(&done);
+    let line = format!("stap_probe_me {}:2\n", program.display());
+    assert_eq!(
+        done.stdout,
+        format!("{line}{line}"),
+        "stderr:\n{}",
+        done.stderr
+    );
 }

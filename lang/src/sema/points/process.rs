@@ -130,11 +130,20 @@ impl<'a> Elaborator<'a> {
         })?;
         let mut out = Vec::new();
         let mut seen: Vec<String> = Vec::new();
+        let mut unreadable = None;
         for path in &paths {
-            let markers = self.facts.sdt_markers(path).map_err(|e| {
-                Diagnostic::error(format!("cannot read the SDT markers of {path}: {e}"))
-                    .at(span, "in this probe point")
-            })?;
+            // A glob may match files that are no binaries (python3-config):
+            // they are skipped, and an error only if nothing else matched.
+            let markers = match self.facts.sdt_markers(path) {
+                Ok(markers) => markers,
+                Err(e) => {
+                    unreadable.get_or_insert_with(|| {
+                        Diagnostic::error(format!("cannot read the SDT markers of {path}: {e}"))
+                            .at(span, "in this probe point")
+                    });
+                    continue;
+                }
+            };
             // Sites of one marker with the same argument specs share a program.
             let mut groups: Vec<(&SdtMarker, Vec<(u64, u64)>)> = Vec::new();
             for m in &markers {
@@ -172,6 +181,9 @@ impl<'a> Elaborator<'a> {
             }
         }
         if out.is_empty() {
+            if let Some(error) = unreadable.filter(|_| seen.is_empty()) {
+                return Err(error);
+            }
             seen.sort();
             seen.dedup();
             let files = paths.join(", ");
@@ -180,11 +192,10 @@ impl<'a> Elaborator<'a> {
             } else {
                 format!("{files} has {}", seen.join(", "))
             };
-            return Err(
-                Diagnostic::error(format!("no SDT marker `{provider}:{name}` in {files}"))
-                    .at(span, "no marker matches this")
-                    .note(listing),
-            );
+            let error = Diagnostic::error(format!("no SDT marker `{provider}:{name}` in {files}"))
+                .at(span, "no marker matches this")
+                .note(listing);
+            return Err(with_package_hint(error, pattern));
         }
         Ok(out)
     }
@@ -351,7 +362,37 @@ fn no_such_file(pattern: &str, span: Span) -> Diagnostic {
     } else {
         "no executable of this name in $PATH"
     };
-    Diagnostic::error(format!("process({}) names no file", quote_string(pattern))).at(span, how)
+    let error = Diagnostic::error(format!("process({}) names no file", quote_string(pattern)))
+        .at(span, how);
+    with_package_hint(error, pattern)
+}
+
+/// The Debian packages of the binaries the marker tapsets (stdlib/user)
+/// probe, by the start of the file name, for "not installed" errors.
+const MARKER_PACKAGES: &[(&str, &str)] = &[
+    ("stapio", "systemtap"),
+    ("staprun", "systemtap"),
+    ("stap", "systemtap"),
+    (
+        "libglib-2.0",
+        "libglib2.0-0 (Debian builds it without SDT markers: a glib built with --enable-systemtap has them)",
+    ),
+    (
+        "libpython",
+        "libpython3.X (its Debian build carries the markers)",
+    ),
+    ("python", "python3.X (its Debian build carries the markers)"),
+];
+
+fn with_package_hint(error: Diagnostic, pattern: &str) -> Diagnostic {
+    let file = pattern.rsplit('/').next().unwrap_or(pattern);
+    match MARKER_PACKAGES
+        .iter()
+        .find(|(prefix, _)| file.starts_with(prefix))
+    {
+        Some((_, package)) => error.note(format!("{file} is in the Debian package {package}")),
+        None => error,
+    }
 }
 
 /// An SDT marker's context: `$arg1`..`$argN` as longs, from its note's
