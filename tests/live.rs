@@ -65,6 +65,9 @@ mod fleet;
 #[path = "live/stock_metrics.rs"]
 mod stock_metrics;
 
+#[path = "live/kernel_strings.rs"]
+mod kernel_strings;
+
 #[path = "live/syscalls.rs"]
 mod syscalls;
 

@@ -747,3 +747,32 @@ fn handlers_that_read_arguments_of_different_types_keep_their_own_programs() {
         "{attach:?}"
     );
 }
+
+/// `=~` in a kernel probe: a pattern the DFA builder refuses and one that
+/// is not a literal are errors at their line; `str_replace` with a search
+/// string that is not a literal is unsupported, naming the argument.
+#[test]
+fn kernel_regex_and_string_loop_diagnostics() {
+    let script = "probe kernel.trace(\"sys_enter\") {\n  p = execname()\n  if (p =~ \"a(b\") println(1)\n  if (execname() =~ p) println(2)\n  println(str_replace(p, p, \"x\"))\n}\n";
+    let (module, map) = lower(script);
+    let diags = bpf::compile_with_source(&module, &options(), &map).expect_err("must refuse");
+    insta::assert_snapshot!(render_plain(&map, &diags));
+}
+
+/// A kernel `=~` walks its DFA table from the formats map; `text_str` and
+/// `str_replace` run as `bpf_loop` callbacks, each its own BPF function.
+#[test]
+fn listing_kernel_regex_and_string_loops() {
+    let script = "probe kernel.trace(\"sys_enter\") {\n  e = execname()\n  if (e =~ \"^(ba|z)sh$\") println(text_str(str_replace(e, \"sh\", \"\\n\")))\n}\n";
+    let (module, map) = lower(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let program = &object.programs[0];
+    assert_eq!(
+        program.func_info.len(),
+        4,
+        "the handler, two loop callbacks and the output flush subprogram"
+    );
+    assert!(program.stack_bytes <= 512);
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}

@@ -492,7 +492,7 @@ probe begin {
 fn unsupported_constructs_are_diagnosed() {
     let script = r#"
 probe kernel.trace("net_dev_xmit") {
-  if (execname() =~ "^ssh") println($skb$)
+  if (execname() =~ "^ssh") println(matched(0), $skb$)
 }
 global lat
 function bail() { next }

@@ -8,6 +8,7 @@ use super::emit::{self, FormatsIndex, MapIndex};
 use super::inline::inline_calls;
 use super::layout;
 use super::maps::*;
+use super::regex;
 use super::snprintf;
 use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
 use crate::diag::Diagnostic;
@@ -461,6 +462,7 @@ fn format_table(
     let mut segments = HashMap::new();
     let mut needed = false;
     let mut diags = Vec::new();
+    let mut regexes = HashMap::new();
     for (_, function) in handlers {
         for inst in function.blocks.iter().flat_map(|b| &b.insts) {
             match &inst.op {
@@ -512,6 +514,41 @@ fn format_table(
                 {
                     needed = true
                 }
+                Op::Builtin { name, args, .. } if name == "regex_match" => {
+                    // A pattern that is not a literal is the emitter's error.
+                    let Some(pattern) = args
+                        .get(1)
+                        .and_then(|r| emit::literal(module, function, *r))
+                    else {
+                        continue;
+                    };
+                    if regexes.contains_key(pattern) {
+                        continue;
+                    }
+                    match regex::compile(pattern) {
+                        Ok(table) => {
+                            needed = true;
+                            while data.len() % 8 != 0 {
+                                data.push(0);
+                            }
+                            let place = emit::RegexPlace {
+                                offset: data.len() as u32,
+                                row: table.row,
+                                mask: table.mask,
+                                start: table.start,
+                            };
+                            data.extend_from_slice(&table.bytes);
+                            regexes.insert(pattern.to_string(), place);
+                        }
+                        Err(why) => diags.push(
+                            Diagnostic::error(format!(
+                                "the regular expression \"{pattern}\" cannot run in a kernel probe: {why}"
+                            ))
+                            .at(inst.span, "matched here")
+                            .note("kernel probes match through a DFA built at compile time; match in a host probe instead"),
+                        ),
+                    }
+                }
                 _ => {}
             }
         }
@@ -535,6 +572,7 @@ fn format_table(
         segments,
         symname,
         symdata,
+        regexes,
     };
     Ok(Some((index, data)))
 }

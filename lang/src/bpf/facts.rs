@@ -95,6 +95,18 @@ pub struct TaskLayout {
     pub ppid: Option<TaskChain>,
     /// `cred`, then `euid` (a `kuid_t`) in the credentials.
     pub euid: Option<TaskChain>,
+    /// `mm`, then `arg_start` and `arg_end` in it (for `cmdline_args`).
+    pub cmdline: Option<CmdlineLayout>,
+}
+
+/// Byte offsets of the process's argument block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdlineLayout {
+    /// Offset of `mm` in `task_struct`.
+    pub mm: u32,
+    /// Offsets of `arg_start` and `arg_end` in `mm_struct`.
+    pub arg_start: u32,
+    pub arg_end: u32,
 }
 
 impl TaskLayout {
@@ -116,6 +128,9 @@ impl TaskLayout {
         }
         if used("euid") {
             layout.euid = chain(facts, "cred", "struct cred", &["euid", "val"]);
+        }
+        if used("cmdline_args") {
+            layout.cmdline = cmdline(facts);
         }
         layout
     }
@@ -141,6 +156,23 @@ fn chain(facts: &dyn KernelFacts, pointer: &str, target: &str, path: &[&str]) ->
     (bits % 8 == 0 && four_bytes).then_some(TaskChain {
         pointer: field.bit_offset / 8,
         value: bits / 8,
+    })
+}
+
+/// `task_struct.mm` and the 8-byte `arg_start`/`arg_end` of `mm_struct`.
+fn cmdline(facts: &dyn KernelFacts) -> Option<CmdlineLayout> {
+    let task = facts.find_type("struct task_struct").ok()??;
+    let mm = kernel::find_member(facts, task, "mm")?;
+    let mm_struct = facts.find_type("struct mm_struct").ok()??;
+    let start = kernel::find_member(facts, mm_struct, "arg_start")?;
+    let end = kernel::find_member(facts, mm_struct, "arg_end")?;
+    let aligned = [mm.bit_offset, start.bit_offset, end.bit_offset]
+        .iter()
+        .all(|bits| bits % 8 == 0);
+    aligned.then_some(CmdlineLayout {
+        mm: mm.bit_offset / 8,
+        arg_start: start.bit_offset / 8,
+        arg_end: end.bit_offset / 8,
     })
 }
 

@@ -16,6 +16,7 @@ mod listing;
 pub mod maps;
 pub mod records;
 pub mod regalloc;
+pub mod regex;
 // Hand-built IR fixtures for the backend and verifier tests.
 #[cfg(any(test, feature = "testing"))]
 pub mod samples;

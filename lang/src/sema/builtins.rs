@@ -79,7 +79,7 @@ pub fn callable(name: &str) -> Option<&'static Builtin> {
     lookup(name).filter(|b| !b.internal)
 }
 
-/// The host built-in `s =~ re` lowers to: 1 on a match, else 0.
+/// The built-in `s =~ re` lowers to: 1 on a match, else 0.
 pub const REGEX_MATCH: &str = "regex_match";
 /// What `$value` in a procfs probe lowers to: reading it, `$value = s`
 /// and `$value .= s` (see `sema::lower`).
@@ -184,6 +184,8 @@ const BUILTINS: &[Builtin] = &[
     both("euid", &[], LONG, "Effective user id of the current task"),
     both("cpu", &[], LONG, "Number of the current CPU"),
     both("cmdline_str", &[], STRING, "Command line of the current process, arguments joined by spaces"),
+    both("cmdline_arg", &[L], STRING, "Argument n of the current process's command line (0 is the program)"),
+    both("cmdline_args", &[L, L, S], STRING, "Arguments n to m (-1: to the last) of the current process, joined by a delimiter"),
     both("target", &[], LONG, "Process id given with -x, or of the command started with -c"),
     both("pp", &[], STRING, "The probe point that fired, as written after resolution"),
     both("probefunc", &[], STRING, "Name of the function being probed"),
@@ -249,15 +251,15 @@ const BUILTINS: &[Builtin] = &[
     both("isinstr", &[S, S], LONG, "1 if the second string occurs in the first"),
     both("strpos", &[S, S], LONG, "Offset of the first occurrence of the second string, or -1"),
     both("stringat", &[S, L], LONG, "Byte at an offset of a string"),
-    host_only("str_replace", &[S, S, S], STRING, "Replace every occurrence of a substring"),
+    both("str_replace", &[S, S, S], STRING, "Replace every occurrence of a substring"),
     host_only("tokenize", &[S, S], STRING, "Next token of a string split on delimiters; empty input continues the last string"),
-    host_only("text_str", &[S], STRING, "String with non-printable characters escaped"),
+    both("text_str", &[S], STRING, "String with non-printable characters escaped"),
     host_only("string_quoted", &[S], STRING, "String quoted, with non-printable characters escaped"),
     both("strtol", &[S, L], LONG, "Parse a string as an integer in the given base (0: by its prefix)"),
     both("isdigit", &[S], LONG, "1 if the string starts with an ASCII digit"),
     both("abs", &[L], LONG, "Absolute value"),
     host_only("matched", &[L], STRING, "Text matched by subexpression n of the last =~ match"),
-    internal(host_only(REGEX_MATCH, &[S, S], LONG, "Internal: what `s =~ re` lowers to, 1 on a match (not callable by name)")),
+    internal(both(REGEX_MATCH, &[S, S], LONG, "Internal: what `s =~ re` lowers to, 1 on a match (not callable by name)")),
     internal(host_only(PROCFS_VALUE, &[], STRING, "Internal: `$value` in a procfs probe")),
     internal(host_only(PROCFS_SET, &[S], VOID, "Internal: `$value = s` in a procfs probe")),
     internal(host_only(PROCFS_APPEND, &[S], VOID, "Internal: `$value .= s` in a procfs probe")),
@@ -333,7 +335,7 @@ mod tests {
 
     #[test]
     fn regex_match_is_internal() {
-        assert!(lookup(REGEX_MATCH).is_some_and(|b| b.host && !b.kernel));
+        assert!(lookup(REGEX_MATCH).is_some_and(|b| b.host && b.kernel));
         assert!(callable(REGEX_MATCH).is_none());
         assert!(callable("matched").is_some());
     }

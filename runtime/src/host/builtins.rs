@@ -75,6 +75,8 @@ pub const TABLE: &[&str] = &[
     "print_stack",
     "sprint_stack",
     "cmdline_str",
+    "cmdline_arg",
+    "cmdline_args",
     "regex_match",
     "matched",
     "__procfs_value",
@@ -184,10 +186,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             rt.tokenize_rest = rest[end..].to_vec();
             s(rest[start..end].to_vec())
         }
-        "text_str" => s(escape(bytes(args, 0))),
+        "text_str" => s(escape(bytes(args, 0), rt.max_string_len.saturating_sub(1))),
         "string_quoted" => {
             let mut out = vec![b'"'];
-            out.extend(escape(bytes(args, 0)));
+            out.extend(escape(bytes(args, 0), usize::MAX));
             out.push(b'"');
             s(out)
         }
@@ -225,7 +227,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
                 c
             })
             .unwrap_or_else(|_| b"stap-rs".to_vec())),
-        "cmdline_str" => s(std::env::args().collect::<Vec<_>>().join(" ").into_bytes()),
+        // A host probe's process is stap-rs itself.
+        "cmdline_str" => s(cmdline_args(0, -1, b" ")),
+        "cmdline_arg" => s(cmdline_args(long(args, 0), long(args, 0), b"")),
+        "cmdline_args" => s(cmdline_args(long(args, 0), long(args, 1), bytes(args, 2))),
         "target" => l(rt.target),
         "pp" => s(probe_point(rt).into_bytes()),
         "pn" => s(rt
@@ -456,18 +461,56 @@ fn strtol(text: &[u8], base: i64) -> i64 {
 }
 
 /// `text_str`: C-style escapes for non-printable bytes.
-fn escape(src: &[u8]) -> Vec<u8> {
+/// stap's `cmdline_args(n, m, delim)` over this process's arguments:
+/// arguments n to m (all from n when m < 0; none when 0 <= m < n) joined
+/// by `delim`, an empty one after the first written as `""`. The kernel
+/// side (`bpf::emit::strfuncs`) follows the same rule.
+fn cmdline_args(first: i64, last: i64, delim: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (nr, arg) in std::env::args_os().enumerate() {
+        let nr = nr as i64;
+        if last >= 0 && nr > last {
+            break;
+        }
+        let arg = arg.into_encoded_bytes();
+        if nr == first {
+            out = arg;
+        } else if nr > first {
+            out.extend_from_slice(delim);
+            if arg.is_empty() {
+                out.extend_from_slice(b"\"\"");
+            } else {
+                out.extend_from_slice(&arg);
+            }
+        }
+    }
+    out
+}
+
+/// `src` with stap's escapes, stopping before an escape that would take
+/// the text past `limit` bytes (stap does not split one).
+fn escape(src: &[u8], limit: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for &b in src {
-        match b {
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x20..=0x7e => out.push(b),
-            _ => out.extend_from_slice(format!("\\{b:03o}").as_bytes()),
+        let piece: Vec<u8> = match b {
+            // stap's C escapes (its `_stp_text_str`); the kernel side
+            // (`bpf::emit::strfuncs`) writes the same.
+            7 => b"\\a".to_vec(),
+            8 => b"\\b".to_vec(),
+            12 => b"\\f".to_vec(),
+            11 => b"\\v".to_vec(),
+            b'\n' => b"\\n".to_vec(),
+            b'\t' => b"\\t".to_vec(),
+            b'\r' => b"\\r".to_vec(),
+            b'"' => b"\\\"".to_vec(),
+            b'\\' => b"\\\\".to_vec(),
+            0x20..=0x7e => vec![b],
+            _ => format!("\\{b:03o}").into_bytes(),
+        };
+        if out.len() + piece.len() > limit {
+            break;
         }
+        out.extend(piece);
     }
     out
 }

@@ -335,6 +335,26 @@ impl Emitter<'_> {
                     self.strtol(dst, *s, *base);
                 }
             }
+            "str_replace" => {
+                if let (Some(dst), [s, old, new]) = (dst, args) {
+                    self.str_replace(dst, *s, *old, *new);
+                }
+            }
+            "cmdline_args" => {
+                if let (Some(dst), [first, last, delim]) = (dst, args) {
+                    self.cmdline_args(dst, *first, *last, *delim);
+                }
+            }
+            "text_str" => {
+                if let (Some(dst), [s]) = (dst, args) {
+                    self.text_str(dst, *s);
+                }
+            }
+            "regex_match" => {
+                if let (Some(dst), [s, pattern]) = (dst, args) {
+                    self.regex_match(dst, *s, *pattern);
+                }
+            }
             "user_mode" => {
                 let kind = &self.module.probes[self.probe as usize].kind;
                 match kind {

@@ -78,6 +78,7 @@ pub(super) struct MapIndex {
 
 /// Where each `bpf_snprintf` format sits in the formats map's value.
 pub(super) use format::FormatPart;
+pub(super) use strfuncs::literal;
 
 #[derive(Debug, Clone)]
 pub(super) struct FormatsIndex {
@@ -89,6 +90,17 @@ pub(super) struct FormatsIndex {
     /// `%ps` (symname) and `%pS` (symdata).
     pub symname: u32,
     pub symdata: u32,
+    /// The DFA table of each `=~` pattern (`bpf::regex`), by its text.
+    pub regexes: HashMap<String, RegexPlace>,
+}
+
+/// Where a pattern's DFA table sits in the formats map's value.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RegexPlace {
+    pub offset: u32,
+    pub row: u32,
+    pub mask: u32,
+    pub start: u16,
 }
 
 pub(super) struct Emitted {
@@ -278,6 +290,7 @@ fn emit_handler<'a>(
         current_block: 0,
         frame_labels: Vec::new(),
         flush_sub: None,
+        byte_loops: Vec::new(),
         task: options.kernel.task,
         pointer_slots: options.kernel.pointer_slots(probe_index),
         dead_catches: dead_catches.clone(),
@@ -310,8 +323,9 @@ fn finish_probe(
     } else {
         frame_bytes
     };
-    if emitter.clear_callback.is_some() {
-        // The `delete ARRAY` callback's frame: empty, rounded up to 32.
+    if emitter.clear_callback.is_some() || !emitter.byte_loops.is_empty() {
+        // The `delete ARRAY` callback's frame (empty) or a string loop's
+        // (its scratch pointer), rounded up to 32.
         stack_bytes = stack_bytes.div_ceil(32) * 32 + 32;
     }
     if emitter.flush_sub.is_some() {
@@ -480,6 +494,9 @@ struct Emitter<'a> {
     frame_labels: Vec<Label>,
     /// The subprogram that sends a held record (`output.rs`), once used.
     flush_sub: Option<Label>,
+    /// `bpf_loop` callbacks of string built-ins (`strfuncs.rs`), emitted
+    /// after the handler.
+    byte_loops: Vec<(Label, Span, strfuncs::ByteLoop)>,
     /// BTF offsets for `ppid()`/`euid()`.
     task: super::facts::TaskLayout,
     /// Context slots that may hold BTF-typed pointers (`facts.rs`).
@@ -875,6 +892,7 @@ impl Emitter<'_> {
         self.emit_callbacks(&block_labels);
         self.emit_clear_callback();
         self.emit_flush_sub();
+        self.emit_byte_loops();
     }
 
     /// Emits `order`'s blocks in one BPF function; jumps go to `labels`.

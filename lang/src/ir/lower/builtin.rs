@@ -119,6 +119,27 @@ impl FnLowering<'_, '_> {
                 Some(self.const_str("", span))
             }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
+            // stap defines both through `cmdline_args(n, m, delim)`.
+            "cmdline_str" | "cmdline_arg" => {
+                let (first, last, delim) = match args.first() {
+                    Some(n) => {
+                        let n = self.value(n);
+                        (n, n, "")
+                    }
+                    None => (self.constant(0, span), self.constant(-1, span), " "),
+                };
+                let delim = self.const_str(delim, span);
+                let dst = self.body.reg(ValType::Str);
+                self.body.emit(
+                    Op::Builtin {
+                        dst: Some(dst),
+                        name: "cmdline_args".to_string(),
+                        args: vec![first, last, delim],
+                    },
+                    span,
+                );
+                Some(dst)
+            }
             "exit" => {
                 self.body.emit(Op::Exit, span);
                 None

@@ -12,7 +12,7 @@ use crate::ir::{
 use crate::sema::builtins::REGEX_MATCH;
 use crate::sema::concurrency;
 use crate::sema::hir::{AccessBase, ContextSource, Expr, ExprKind, FunctionMechanism, GlobalId};
-use crate::sema::hir::{Placement, ProbeKind, Type};
+use crate::sema::hir::{ProbeKind, Type};
 use crate::source::Span;
 
 /// Where an assignment stores.
@@ -224,15 +224,10 @@ impl FnLowering<'_, '_> {
         }
     }
 
-    /// `s =~ re` becomes the host built-in `regex_match` (which also keeps
-    /// the captures for `matched()`); `!~` negates it. BPF has no regex
-    /// engine, so kernel code refuses it.
+    /// `s =~ re` becomes the built-in `regex_match` (on the host it also
+    /// keeps the captures for `matched()`; in BPF it runs the pattern's
+    /// DFA); `!~` negates it.
     fn regex(&mut self, negated: bool, subject: &Expr, pattern: &Expr, span: Span) -> Option<Reg> {
-        if self.side == Placement::Kernel {
-            self.m
-                .unsupported("=~ in kernel probes (match in a host probe)", span);
-            return None;
-        }
         let text = self.value(subject);
         let text = self.stable(text, std::slice::from_ref(pattern), subject.span);
         let args = vec![text, self.value(pattern)];

@@ -1,0 +1,123 @@
+//! String built-ins that used to be host-only, in kernel probes: `=~`/`!~`
+//! (a DFA built at compile time, walked in BPF). Each test opens files
+//! with its own trigger process name and prints what the probe computed
+//! from the path the kernel saw.
+
+use super::{Session, assert_success, build, serial, trigger_until_done};
+
+/// `=~` and `!~` over the path of an `openat`: the trigger opens PATH and
+/// then PATH.missing, so the first matches an archive pattern anchored at
+/// the end and the second does not.
+#[test]
+fn regex_match_runs_in_a_tracepoint() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kregex-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("backup.tar.gz");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKRegex") next
+             f = user_string($filename)
+             if (!isinstr(f, "stap-rs-kregex-")) next
+             printf("%s archive=%d notmissing=%d digits=%d anchored=%d\n",
+                    isinstr(f, ".missing") ? "second" : "first",
+                    f =~ "(\\.tar\\.(gz|bz2|xz)|\\.zip|\\.tgz)$",
+                    f !~ "\\.missing$",
+                    f =~ "-[0-9]+/",
+                    f =~ "^tmp")
+             if (f =~ "missing$") exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKRegex", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines.last().copied(),
+        Some("second archive=0 notmissing=0 digits=1 anchored=0"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        lines.contains(&"first archive=1 notmissing=1 digits=1 anchored=0"),
+        "{}",
+        done.stdout
+    );
+}
+
+/// `str_replace` (a literal search string, any replacement, every
+/// occurrence) and `text_str` (stap's escapes) over a path with a tab in
+/// it, in a tracepoint.
+#[test]
+fn str_replace_and_text_str_run_in_a_tracepoint() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kstr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("tab\there.txt");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKStr") next
+             f = user_string($filename)
+             if (!isinstr(f, "stap-rs-kstr-") || !isinstr(f, ".missing")) next
+             with = "<" . execname() . ">"
+             base = substr(f, strpos(f, "tab"), 100)
+             printf("%s|%s|%s\n", text_str(base), text_str(str_replace(base, "e", "EE")),
+                    str_replace(f, "stap-rs-kstr-", with))
+             exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKStr", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let expected = format!(
+        "tab\\there.txt.missing|tab\\thEErEE.txt.missing|{}.missing",
+        path.replace("stap-rs-kstr-", "<stapKStr>")
+    );
+    assert_eq!(
+        done.stdout.lines().last(),
+        Some(expected.as_str()),
+        "{}",
+        done.stdout
+    );
+}
+
+/// `cmdline_str()`, `cmdline_arg(n)` and `cmdline_args(n, m, delim)` in a
+/// tracepoint read the triggering process's own argument block.
+#[test]
+fn cmdline_functions_run_in_a_tracepoint() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kcmd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("f");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKCmd") next
+             printf("%s\n%s\n%s\n%s\n", cmdline_str(), cmdline_arg(2), cmdline_args(1, 2, "|"),
+                    cmdline_args(3, -1, ","))
+             exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKCmd", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let expected = format!(
+        "{} stapKCmd open {path}\nopen\nstapKCmd|open\n{path}\n",
+        trigger.display()
+    );
+    assert_eq!(done.stdout, expected);
+}
