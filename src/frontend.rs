@@ -193,7 +193,20 @@ pub fn elab_options(args: &Args) -> sema::ElabOptions {
             KernelProbes::Fentry => sema::KernelProbes::Fentry,
             KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
         },
+        target_program: target_program(args),
     }
+}
+
+/// The program `-c CMD` runs (its first word, resolved through $PATH in
+/// pass 2) or the executable of `-x PID`.
+fn target_program(args: &Args) -> Option<String> {
+    if let Some(command) = &args.command {
+        return command.split_whitespace().next().map(str::to_string);
+    }
+    let pid = args.target_pid?;
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|exe| exe.to_string_lossy().into_owned())
 }
 
 /// What `-w` (suppress) and `-W` (errors) do to warnings.

@@ -199,6 +199,11 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             path,
             function,
             is_return,
+        } if function.contains(['*', '?']) => uprobes(prog, Path::new(path), function, *is_return),
+        AttachKind::Uprobe {
+            path,
+            function,
+            is_return,
         } => uprobe(prog, Path::new(path), function, *is_return).map(|fd| vec![fd]),
         AttachKind::Marker { path, sites, .. } => marker(prog, Path::new(path), sites),
         AttachKind::Netfilter {
@@ -545,6 +550,38 @@ fn uprobe(
         0,
         &format!("uprobe on {}:{function}", path.display()),
     )
+}
+
+/// `process(...).function("PATTERN")`: one program on every function of
+/// the binary whose symbol matches.
+fn uprobes(
+    prog: BorrowedFd,
+    path: &Path,
+    pattern: &str,
+    is_return: bool,
+) -> Result<Vec<OwnedFd>, String> {
+    let (perf_type, retprobe) = probe_pmu("uprobe").map_err(|_| {
+        format!(
+            "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \
+             the kernel was built without CONFIG_UPROBE_EVENTS"
+        )
+    })?;
+    let functions = uprobe::matching_offsets(path, pattern).map_err(|e| e.to_string())?;
+    functions
+        .iter()
+        .map(|(function, offset)| {
+            let event = PerfEvent {
+                perf_type,
+                config: if is_return { retprobe } else { 0 },
+                sample_period: 1,
+                probe_name: Some(path.to_string_lossy().into_owned()),
+                probe_offset: *offset,
+                ..PerfEvent::default()
+            };
+            let what = format!("uprobe on {}:{function}", path.display());
+            open_and_attach(prog, &event, 0, &what)
+        })
+        .collect()
 }
 
 /// An SDT marker: a uprobe at each site. A site with a semaphore gets it

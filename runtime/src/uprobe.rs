@@ -88,6 +88,48 @@ pub fn function_offset(path: &Path, function: &str) -> Result<u64, UprobeError> 
     })
 }
 
+/// The file offsets of every function whose name matches `pattern` (`*`
+/// and `?`), each once, by name: `process(...).function("*")`.
+pub fn matching_offsets(path: &Path, pattern: &str) -> Result<Vec<(String, u64)>, UprobeError> {
+    let read_error = |e: std::io::Error| UprobeError::Read {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let file = File::open(path).map_err(read_error)?;
+    // SAFETY: as in `function_offset`.
+    let data = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    let elf = object::File::parse(&*data).map_err(|e| UprobeError::NotElf {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mut found: Vec<(String, u64)> = elf
+        .symbols()
+        .chain(elf.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            stap_lang::sema::glob_match(pattern, name).then(|| (name.to_string(), s.address()))
+        })
+        .filter_map(|(name, address)| {
+            elf.segments().find_map(|segment| {
+                let start = segment.address();
+                let (file_offset, file_size) = segment.file_range();
+                (address >= start && address - start < file_size)
+                    .then(|| (name.clone(), address - start + file_offset))
+            })
+        })
+        .collect();
+    found.sort();
+    found.dedup_by(|a, b| a.0 == b.0);
+    if found.is_empty() {
+        return Err(UprobeError::NoSymbol {
+            path: path.to_path_buf(),
+            function: pattern.to_string(),
+        });
+    }
+    Ok(found)
+}
+
 enum Lookup {
     NotElf(String),
     NoSymbol,

@@ -173,3 +173,32 @@ fn python_tapset_names_the_returning_function() {
         done.stderr
     );
 }
+
+/// The process forms of stap's examples: no path (the -c target's
+/// program), a wildcard function, and `.library("LIB")` (libc's strtol,
+/// which the target's atoi calls on its argument, seen in the target only).
+#[test]
+fn process_probes_without_a_path_with_wildcards_and_in_a_library() {
+    let _one = serial();
+    let Some(target) = build_sdt_target() else {
+        return;
+    };
+    let path = target.display().to_string();
+    let script = format!(
+        r#"global functions
+           probe process.mark("plain") {{ printf("%s %d\n", $$name, $arg1) }}
+           probe process.function("w*") {{ functions++ }}
+           probe process("{path}").library("libc.so.6").function("strtol") {{
+             printf("strtol %s\n", user_string(pointer_arg(1)))
+           }}
+           probe end {{ printf("w* %d\n", functions) }}"#
+    );
+    let done = Session::start(&["-c", &format!("{path} 7"), "-e", &script]).finish();
+    assert_success(&done);
+    // `w*` is `work` alone among the program's functions.
+    assert_eq!(
+        done.stdout, "strtol 7\nplain 7\nw* 1\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}

@@ -49,6 +49,10 @@ pub struct ElabOptions {
     /// --skip-badvars: a context variable that cannot be resolved reads
     /// as 0 (or ""), as in stap, instead of being an error.
     pub skip_badvars: bool,
+    /// The program of the -c command (its first word) or of the -x
+    /// process (its executable): what `process.function(...)` and the
+    /// other process probes without a path probe, as in stap.
+    pub target_program: Option<String>,
 }
 
 /// The mechanism kernel.function probes use (`--kernel-probes`).
@@ -86,6 +90,7 @@ pub fn elaborate_with(
     elab.kernel_probes = opts.kernel_probes;
     elab.guru = opts.guru;
     elab.skip_badvars = opts.skip_badvars;
+    elab.target_program = opts.target_program.clone();
     for file in user {
         elab.add_file(file, false);
     }

@@ -73,6 +73,8 @@ pub(crate) struct Elaborator<'a> {
     pub user_files: hashbrown::HashSet<crate::source::FileId>,
     /// --skip-badvars (see `ElabOptions::skip_badvars`).
     pub skip_badvars: bool,
+    /// -c/-x's program (see `ElabOptions::target_program`).
+    pub target_program: Option<String>,
 }
 
 impl<'a> Elaborator<'a> {
@@ -115,6 +117,7 @@ impl<'a> Elaborator<'a> {
             guru: false,
             user_files: Default::default(),
             skip_badvars: false,
+            target_program: None,
         }
     }
 

@@ -84,12 +84,7 @@ impl<'a> Elaborator<'a> {
         }
         match target {
             Target::Any => {}
-            Target::Path(path) => {
-                let name = path.rsplit('/').next().unwrap_or(path);
-                let comm: String = name.chars().take(15).collect();
-                let literal = expr(ExprKind::Literal(Literal::String(comm)), span);
-                conditions.push(eq(call("execname", span), literal, span));
-            }
+            Target::Path(path) => conditions.push(execname_is(path, span)),
             Target::Pid(pid) => {
                 let literal = expr(ExprKind::Literal(Literal::Number(pid)), span);
                 conditions.push(eq(call("pid", span), literal, span));
@@ -108,6 +103,22 @@ impl<'a> Elaborator<'a> {
         }
         Ok(Some(points))
     }
+}
+
+/// `execname() == NAME`: a process running the program at `path`, by
+/// the last component of its path cut to the 15 bytes of the kernel's
+/// `comm` (BPF cannot resolve a task's executable path).
+fn execname_is(path: &str, span: Span) -> Expr {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let comm: String = name.chars().take(15).collect();
+    let literal = expr(ExprKind::Literal(Literal::String(comm)), span);
+    eq(call("execname", span), literal, span)
+}
+
+/// [`execname_is`] as a probe condition (synthesized conditions live as
+/// long as the elaboration, like the program's own).
+pub(super) fn runs_program(path: &str, span: Span) -> &'static Expr {
+    Box::leak(Box::new(execname_is(path, span)))
 }
 
 #[derive(Clone, Copy)]

@@ -56,6 +56,18 @@ impl<'a> Elaborator<'a> {
                 let c = &comps[comps.len() - 1];
                 (positive(number_arg(c, suffix)?, c)?, *suffix == "hz")
             }
+            // stap's counters: a perf event per thread of the process,
+            // read by `@perf("NAME")` in its other probes.
+            [.., "counter"] => {
+                return Err(Diagnostic::unsupported(
+                    format!(
+                        "perf counters read with @perf (`{}`): a perf event array per \
+                         process is not implemented",
+                        render(comps)
+                    ),
+                    span,
+                ));
+            }
             _ => {
                 return Err(Diagnostic::error(format!(
                     "unknown perf probe suffix in `{}`",

@@ -3,6 +3,7 @@
 //! registers of the calling convention. `process("PATH").mark("NAME")`:
 //! uprobes on SDT marker sites, with `$argN` where each site's note says.
 
+use super::lifecycle::runs_program;
 use super::{
     Component, ProbeContext, ResolvedPoint, glob_match, has_wildcard, plain, render, string_arg,
     with_context,
@@ -24,25 +25,61 @@ pub(super) const NAMES: &[&str] = &[
 ];
 
 impl<'a> Elaborator<'a> {
-    /// `process("PATH").function("F")[.call|.return]` or `.statement("S")`.
+    /// `process[("PATH")][.library("LIB")]` then `.function("F")[.call|.return]`,
+    /// `.statement("S")` or `[.provider("P")].mark("NAME")`.
     pub(super) fn resolve_process(
         &mut self,
         comps: &[Component],
         span: Span,
     ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
-        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
-        let rest = &names[1..];
-        let pattern = string_arg(&comps[0], "process")?;
-        match rest {
-            ["mark"] => {
-                return self.resolve_marks(pattern, "*", string_arg(&comps[1], "mark")?, span);
+        let target_program = self.target_program.clone();
+        let pattern = match &comps[0].arg {
+            Some(_) => string_arg(&comps[0], "process")?,
+            // `process.function(...)`: the -c/-x target's program, as stap.
+            None => target_program.as_deref().ok_or_else(|| {
+                Diagnostic::error(format!(
+                    "`{}` without a path probes the -c or -x target's program",
+                    render(comps)
+                ))
+                .at(span, "no -c CMD or -x PID given")
+                .note("write process(\"PATH\") to name the program")
+            })?,
+        };
+        // `.library("LIB")`: LIB's code where the program maps it: the
+        // library's file, in processes running the program.
+        let (pattern, program, comps) = match comps.get(1).map(|c| c.name.as_str()) {
+            Some("library") => {
+                let library = string_arg(&comps[1], "library")?;
+                (self.library_pattern(library), Some(pattern), &comps[1..])
             }
+            _ => (pattern.to_string(), None, comps),
+        };
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let mut points = match &names[1..] {
+            ["mark"] => self.resolve_marks(&pattern, "*", string_arg(&comps[1], "mark")?, span)?,
             ["provider", "mark"] => {
                 let provider = string_arg(&comps[1], "provider")?;
-                return self.resolve_marks(pattern, provider, string_arg(&comps[2], "mark")?, span);
+                self.resolve_marks(&pattern, provider, string_arg(&comps[2], "mark")?, span)?
             }
-            _ => {}
+            _ => self.resolve_code(&pattern, comps, span)?,
+        };
+        if let Some(program) = program {
+            for point in &mut points {
+                point.conditions.push(runs_program(program, span));
+            }
         }
+        Ok(points)
+    }
+
+    /// `process("PATH").function("F")[.call|.return]` or `.statement("S")`.
+    fn resolve_code(
+        &mut self,
+        pattern: &str,
+        comps: &[Component],
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let rest = &names[1..];
         let path = self.one_user_path(pattern, comps[0].span)?;
         let (target, is_return) = match rest {
             ["function"] | ["function", "call"] => (
@@ -92,6 +129,24 @@ impl<'a> Elaborator<'a> {
             plain(kind, "process", render(comps), span),
             context,
         )])
+    }
+
+    /// Where `.library("LIB")` is: a path (or glob) as written; a bare
+    /// name in the first of the dynamic linker's usual directories that
+    /// has it.
+    fn library_pattern(&self, library: &str) -> String {
+        if library.contains('/') {
+            return library.to_string();
+        }
+        let candidates = LIBRARY_DIRS.iter().map(|dir| format!("{dir}/{library}"));
+        let mut first = None;
+        for candidate in candidates {
+            if !self.facts.user_paths(&candidate).is_empty() {
+                return candidate;
+            }
+            first.get_or_insert(candidate);
+        }
+        first.unwrap_or_else(|| library.to_string())
     }
 
     /// The one file a `process("PATH")` of a function or statement probe
@@ -354,6 +409,15 @@ fn no_dwarf_context(is_return: bool, why: String) -> ProbeContext {
         ..ProbeContext::default()
     }
 }
+
+/// Where `.library("NAME")` looks for a bare library name, in order.
+const LIBRARY_DIRS: &[&str] = &[
+    "/usr/lib/*-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/lib64",
+    "/lib",
+];
 
 /// `process("PATH")` naming no file.
 fn no_such_file(pattern: &str, span: Span) -> Diagnostic {
