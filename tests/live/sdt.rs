@@ -108,6 +108,13 @@ fn sdt_marker_errors_name_the_marker_and_the_argument() {
         r#"probe process("/nonexistent/lib*.so").mark("x") { }"#.to_string(),
         &["process(\"/nonexistent/lib*.so\") names no file"],
     );
+    check(
+        r#"probe python3.module("m").function("f") { }"#.to_string(),
+        &[
+            "unsupported: `python3.module(\"m\").function(\"f\")`",
+            "HelperSDT",
+        ],
+    );
     // A marker tapset whose library lacks the markers (Debian's glib)
     // names the library and its package.
     let glib = Command::new(env!("CARGO_BIN_EXE_stap-rs"))

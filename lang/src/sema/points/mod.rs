@@ -461,6 +461,7 @@ impl<'a> Elaborator<'a> {
                 None => self.resolve_process(comps, span).map(Some),
             },
             ["procfs", ..] => procfs::resolve(comps, span).map(one),
+            ["python2" | "python3", "module", ..] => Err(process::python_module(comps, span)),
             _ => Ok(None),
         }
     }

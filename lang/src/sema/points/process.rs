@@ -410,6 +410,20 @@ fn no_dwarf_context(is_return: bool, why: String) -> ProbeContext {
     }
 }
 
+/// `python3.module("M").function("F")`: stap runs the script under its
+/// HelperSDT Python module, whose markers report each Python call.
+pub(super) fn python_module(comps: &[Component], span: Span) -> Diagnostic {
+    Diagnostic::unsupported(
+        format!(
+            "`{}`: stap's Python function probes need its HelperSDT module \
+             (`python3 -m HelperSDT`), which stap-rs does not provide; \
+             python.function.entry/.return probe the interpreter's own markers",
+            render(comps)
+        ),
+        span,
+    )
+}
+
 /// Where `.library("NAME")` looks for a bare library name, in order.
 const LIBRARY_DIRS: &[&str] = &[
     "/usr/lib/*-linux-gnu",
