@@ -218,6 +218,31 @@ fn register_arguments_read_the_calls_arguments_at_its_entry() {
     assert_eq!(done.stdout, "prctl 15 1\n", "stderr:\n{}", done.stderr);
 }
 
+/// The same in a system call's return (stap's killsnoop-nd.stp): the
+/// register arguments are still the call's, taken at its enter event.
+#[test]
+fn register_arguments_in_a_syscall_return_are_the_calls_arguments() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = r#"probe nd_syscall.prctl.return {
+             if (int_arg(1) == 15 && user_string(pointer_arg(2), "") == "stapSysRet") {
+               printf("%s %d %d %s\n", name, uint_arg(1), @entry(long_arg(1)), retstr)
+               exit()
+             }
+           }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapSysRet", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(done.stdout, "prctl 15 15 0\n", "stderr:\n{}", done.stderr);
+}
+
 /// `@entry(...)` in a system call's return, whose exit event has no entry
 /// of its own: the values are taken at the call's enter event, the call's
 /// arguments (`$filename`, `pointer_arg(2)`) readable there.

@@ -79,6 +79,15 @@ pub fn callable(name: &str) -> Option<&'static Builtin> {
     lookup(name).filter(|b| !b.internal)
 }
 
+/// The register arguments of the probed function (`int_arg(N)`, ...).
+pub const REGISTER_ARGS: &[&str] = &[
+    "int_arg",
+    "uint_arg",
+    "long_arg",
+    "ulong_arg",
+    "pointer_arg",
+];
+
 /// The built-in `s =~ re` lowers to: 1 on a match, else 0.
 pub const REGEX_MATCH: &str = "regex_match";
 /// What `$value` in a procfs probe lowers to: reading it, `$value = s`
@@ -225,6 +234,8 @@ const BUILTINS: &[Builtin] = &[
     // Register arguments of the probed function ("DWARF-less" probing in
     // kernel.function and process probes, and the arguments of a system
     // call at its syscalls:sys_enter_* event); N is a constant 1..6.
+    // (In a system call's return they are the call's arguments, read at
+    // its enter event: `lower.rs`, `at_syscall_entry`.)
     kernel_only("int_arg", &[L], LONG, "Argument N of the probed function as a signed 32-bit int"),
     kernel_only("uint_arg", &[L], LONG, "Argument N of the probed function as an unsigned 32-bit int"),
     kernel_only("long_arg", &[L], LONG, "Argument N of the probed function as a signed long"),

@@ -30,6 +30,8 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     pub(crate) classic_field_use: Option<(String, Span)>,
     /// Array slices rewritten so far (`slices.rs`), naming their locals.
     slices: u32,
+    /// Lowering the operand of `@entry(...)`.
+    in_entry: bool,
 }
 
 fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
@@ -287,6 +289,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             raw_arg_use: None,
             classic_field_use: None,
             slices: 0,
+            in_entry: false,
         }
     }
 
@@ -552,6 +555,23 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
         Stmt { kind, span: s.span }
     }
 
+    /// `int_arg(N)` and the other register arguments in a system call's
+    /// return read the call's arguments, as stap's kretprobe does from
+    /// the entry registers: here they are taken at the call's enter event,
+    /// as an implicit `@entry`.
+    fn at_syscall_entry(&self, call: Expr) -> Expr {
+        let ExprKind::Builtin { name, .. } = &call.kind else {
+            return call;
+        };
+        let register_arg = builtins::REGISTER_ARGS.contains(&name.as_str());
+        let at_return = self.ctx.as_ref().is_some_and(|c| c.entry_event.is_some());
+        if !register_arg || !at_return || self.in_entry {
+            return call;
+        }
+        let span = call.span;
+        expr(ExprKind::Entry(Box::new(call)), span)
+    }
+
     /// `foreach (... in a[k, *])`: rewritten over the whole array.
     fn foreach_slice(&mut self, f: &ast::Foreach, span: Span) -> Stmt {
         let slice = f.slice.as_deref().unwrap_or_default();
@@ -723,7 +743,10 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     );
                     return invalid(span);
                 }
-                ExprKind::Entry(Box::new(self.entry_expr(inner)))
+                let was_in_entry = std::mem::replace(&mut self.in_entry, true);
+                let inner = self.entry_expr(inner);
+                self.in_entry = was_in_entry;
+                ExprKind::Entry(Box::new(inner))
             }
             A::Defined(inner) => ExprKind::Long(i64::from(self.is_defined(inner))),
             A::ChooseDefined(a, b) => {
@@ -917,13 +940,14 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 );
                 return invalid(span);
             }
-            return expr(
+            let call = expr(
                 ExprKind::Builtin {
                     name: name.node.clone(),
                     args: lowered,
                 },
                 span,
             );
+            return self.at_syscall_entry(call);
         }
         let mut candidates = self.elab.function_names();
         candidates.extend(
