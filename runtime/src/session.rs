@@ -572,6 +572,8 @@ impl Session<'_> {
         }
         self.hold_output = false;
         self.flush_output();
+        // After the begin output they follow.
+        self.start_commands();
         ready();
         if let Some(command) = command.as_deref_mut() {
             command.release();
@@ -668,6 +670,7 @@ impl Session<'_> {
         }
         if !self.hold_output {
             self.flush_output();
+            self.start_commands();
         }
         if self.runtime.exit_requested {
             self.ending = true;
@@ -924,6 +927,13 @@ impl Session<'_> {
         }
     }
 
+    /// `system(cmd)`: starts what the probe queued.
+    fn start_commands(&mut self) {
+        for message in self.runtime.commands.start() {
+            builtins::warn(&mut self.runtime.output, message.as_bytes());
+        }
+    }
+
     /// Ships what the last handler or batch of events printed.
     fn flush_output(&mut self) {
         if let Err(e) = self.runtime.output.flush() {
@@ -958,6 +968,11 @@ impl Session<'_> {
                 self.stop_kernel();
                 self.runtime.aborted = true;
                 self.ending = true;
+            }
+            RecordBody::System(command) => {
+                self.runtime.commands.queue(command);
+                self.flush_output();
+                self.start_commands();
             }
             RecordBody::Error {
                 kind: records::ErrorKind::Warning(text),

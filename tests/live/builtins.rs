@@ -291,3 +291,52 @@ fn kfree_skb_through_tp_btf_matches_raw_tp() {
     );
     assert_eq!(outputs[1], outputs[0], "tp_btf differs from raw_tp");
 }
+
+/// `system(cmd)` from a kernel probe and from a host probe: the host runs
+/// each command through the shell once the probe is done, so the probe's
+/// own output comes first; the command writes to the session's stdout.
+#[test]
+fn system_runs_a_shell_command_after_the_probe_on_both_sides() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = r#"probe begin {
+             system("echo host side $((40 + 2))")
+             println("begin printed first")
+           }
+           probe kernel.trace("raw_syscalls:sys_enter") {
+             if (execname() != "stapSystem") next
+             println("kernel printed first")
+             system("echo kernel side " . execname())
+             exit()
+           }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapSystem", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    let at = |line: &str| {
+        lines.iter().position(|l| *l == line).unwrap_or_else(|| {
+            panic!(
+                "no line {line:?} in {:?}; stderr:\n{}",
+                done.stdout, done.stderr
+            )
+        })
+    };
+    assert!(
+        at("begin printed first") < at("host side 42"),
+        "{:?}",
+        done.stdout
+    );
+    assert!(
+        at("kernel printed first") < at("kernel side stapSystem"),
+        "{:?}",
+        done.stdout
+    );
+    assert_eq!(lines.len(), 4, "{:?}", done.stdout);
+}

@@ -35,6 +35,8 @@
 //!   strings MAXSTRINGLEN bytes, at least 8), padded to 8. The host prints
 //!   the histogram of that element as it is in the map when it handles
 //!   the record.
+//! - [`KIND_SYSTEM`]: `system(cmd)`: the command as a text argument
+//!   (`u32 tag, u32 len`, text), for the host to run.
 //! - [`KIND_END`]: no payload; the handler run that sent [`FLAG_MORE`]
 //!   records on this stream is over (see below).
 //!
@@ -68,6 +70,8 @@ pub const KIND_HIST: u32 = 4;
 /// `abort()`: no payload; the session ends at once, without end probes.
 pub const KIND_ABORT: u32 = 5;
 pub const KIND_END: u32 = 6;
+/// `system(cmd)`: the host runs the command.
+pub const KIND_SYSTEM: u32 = 7;
 
 /// The kind word: kind, framing flag, stream (see the module comment).
 pub const KIND_MASK: u32 = 0xff;
@@ -191,6 +195,8 @@ pub enum RecordBody<'a> {
     },
     Exit,
     Abort,
+    /// `system(cmd)`: a shell command for the host to run.
+    System(&'a [u8]),
     Error {
         kind: ErrorKind<'a>,
         span: Span,
@@ -498,6 +504,11 @@ pub fn decode_with<'a>(
         }
         KIND_EXIT => RecordBody::Exit,
         KIND_ABORT => RecordBody::Abort,
+        KIND_SYSTEM => {
+            let _tag = reader.u32()?;
+            let len = reader.u32()?;
+            RecordBody::System(reader.text(len, max_string_len)?)
+        }
         KIND_ERROR => {
             let file = reader.u32()?;
             let start = reader.u32()?;

@@ -279,6 +279,7 @@ const BUILTINS: &[Builtin] = &[
     both("exit", &[], VOID, "End the session after the current probe: end probes run"),
     both("error", &[S], VOID, "Raise a run-time error with a message"),
     both("warn", &[S], VOID, "Print a warning to stderr"),
+    both("system", &[S], VOID, "Run a shell command on the host, in the background, once the probe is done"),
     both("abort", &[], VOID, "End the session at once: end probes do not run"),
     both("log", &[S], VOID, "Print a message and a newline"),
     optional(1, both("assert", &[L, S], VOID, "Raise an error if the expression is false")),

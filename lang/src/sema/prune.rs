@@ -21,6 +21,7 @@ const EFFECTFUL: &[&str] = &[
     "exit",
     "error",
     "warn",
+    "system",
     "abort",
     "log",
     "assert",

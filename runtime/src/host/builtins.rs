@@ -46,6 +46,7 @@ pub const TABLE: &[&str] = &[
     "exit",
     "error",
     "warn",
+    "system",
     "log",
     "print",
     "println",
@@ -336,6 +337,10 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         }
         "warn" => {
             warn(&mut rt.output, bytes(args, 0));
+            l(0)
+        }
+        "system" => {
+            rt.commands.queue(bytes(args, 0));
             l(0)
         }
         "log" | "println" | "print" | "printd" | "printdln" => {

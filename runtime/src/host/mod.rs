@@ -16,6 +16,7 @@ pub mod regexp;
 pub mod rtlib;
 pub mod stats;
 pub mod symbols;
+pub mod system;
 pub mod usymbols;
 pub mod value;
 
@@ -94,6 +95,8 @@ pub struct HostRuntime {
     pub kmem: kmem::KernelMemory,
     /// `$value` of the procfs probe being served.
     pub procfs: procfs::ProcfsValue,
+    /// `system(cmd)`: commands to start once the probe is done.
+    pub commands: system::Commands,
 }
 
 impl HostRuntime {
@@ -154,6 +157,7 @@ impl HostRuntime {
             probe: 0,
             kmem: kmem::KernelMemory::default(),
             procfs: procfs::ProcfsValue::default(),
+            commands: system::Commands::default(),
         }
     }
 

@@ -309,6 +309,11 @@ impl Emitter<'_> {
                     self.message_record(records::ERROR_WARNING, message);
                 }
             }
+            "system" => {
+                if let Some(command) = args.first().copied() {
+                    self.system_record(command);
+                }
+            }
             "abort" => {
                 self.abort_record();
                 // Always taken, as for `error` below.

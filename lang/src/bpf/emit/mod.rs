@@ -787,7 +787,9 @@ impl Emitter<'_> {
                         }
                         record = record.max(size + stride);
                     }
-                    Op::Builtin { name, .. } if name == "error" || name == "warn" => {
+                    Op::Builtin { name, .. }
+                        if name == "error" || name == "warn" || name == "system" =>
+                    {
                         record = record.max(HEADER_BYTES + 16 + 8 + pmax + stride)
                     }
                     Op::Builtin { name, .. }

@@ -194,6 +194,18 @@ impl Emitter<'_> {
         self.send_record(offset);
     }
 
+    /// `system(cmd)`: the command goes up for the host to run.
+    pub(super) fn system_record(&mut self, command: Reg) {
+        self.flush_held();
+        self.scratch_addr(R1, self.scratch.record);
+        let header = [records::KIND_SYSTEM, 0, self.probe, 0];
+        for (i, word) in header.iter().enumerate() {
+            self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+        }
+        let offset = self.text_arg(RecordOffset::Fixed(HEADER_BYTES), command);
+        self.send_record(offset);
+    }
+
     /// r1 = where the next record argument goes (r5 is clobbered); returns
     /// the constant displacement to add.
     pub(super) fn record_cursor(&mut self, offset: RecordOffset) -> i16 {
