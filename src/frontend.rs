@@ -263,6 +263,7 @@ pub fn compile_options(args: &Args) -> pipeline::Options {
         cpus: stap_runtime::sys::possible_cpus()
             .ok()
             .and_then(|n| u32::try_from(n).ok()),
+        full_string_keys: false,
     }
 }
 
@@ -275,8 +276,18 @@ pub fn compile(
     kernel: &dyn KernelFacts,
     lowered: &mut dyn FnMut(&ir::Module) -> Next,
 ) -> Result<Option<Compiled>, Failed> {
-    let options = compile_options(args);
-    pipeline::compile(program, map, kernel, &options, lowered).map_err(|error| match error {
+    compile_with(&compile_options(args), map, program, kernel, lowered)
+}
+
+/// [`compile`] with options the caller adjusted.
+pub fn compile_with(
+    options: &pipeline::Options,
+    map: &SourceMap,
+    program: &sema::Program,
+    kernel: &dyn KernelFacts,
+    lowered: &mut dyn FnMut(&ir::Module) -> Next,
+) -> Result<Option<Compiled>, Failed> {
+    pipeline::compile(program, map, kernel, options, lowered).map_err(|error| match error {
         pipeline::Error::Diagnostics(diags) => emit(map, &diags),
         pipeline::Error::MalformedIr(problems) => fail(format!(
             "internal error: the IR is malformed:\n  {}",

@@ -551,8 +551,16 @@ fn build(
     }
     let library = front.load_tapsets(args, &mut map)?;
     let program = elaborate(&front, &map, kept, &user, &library, args)?;
+    // The session's maps outlive this program: string keys keep their full
+    // size, so a later program's longer keys still fit.
+    let options = pipeline::Options {
+        full_string_keys: true,
+        ..frontend::compile_options(args)
+    };
     let Some(Compiled { module, object }) =
-        frontend::compile(args, &map, &program, kernel, &mut |_| pipeline::Next::Emit)?
+        frontend::compile_with(&options, &map, &program, kernel, &mut |_| {
+            pipeline::Next::Emit
+        })?
     else {
         return Err(fail("internal error: compilation stopped after the IR"));
     };

@@ -26,6 +26,11 @@ pub struct Options {
     /// the ring buffer and bound the per-CPU loops (else
     /// [`bpf::DEFAULT_CPUS`]).
     pub cpus: Option<u32>,
+    /// Keep every string key part MAXSTRINGLEN bytes instead of sizing it
+    /// by what can reach it ([`bpf::key_text`]). The interactive session
+    /// sets it: its maps outlive one program, and a later program could
+    /// use longer keys.
+    pub full_string_keys: bool,
 }
 
 /// Whether [`compile`] goes on after lowering (`-p3` and `--dump=ir` stop).
@@ -69,6 +74,9 @@ pub fn compile(
     let mut module = ir::lower::lower(program).map_err(Error::Diagnostics)?;
     if options.histogram_extremes {
         keep_histogram_extremes(&mut module);
+    }
+    if !options.full_string_keys {
+        bpf::key_text::narrow_string_keys(&mut module);
     }
     ir::verify::verify(&module).map_err(Error::MalformedIr)?;
     if lowered(&module) == Next::Stop {

@@ -128,6 +128,7 @@ impl Mb {
             kernel: false,
             host: true,
             span: Span::default(),
+            key_text_bytes: None,
         });
         GlobalId(self.m().globals.len() as u32 - 1)
     }

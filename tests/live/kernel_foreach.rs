@@ -223,3 +223,84 @@ fn kernel_foreach_in_fentry_and_kprobe_probes() {
         eprintln!("stap-rs-skip: {}", missing.join("; "));
     }
 }
+
+/// String keys sized by what reaches them (`bpf::key_text`): `execname()`
+/// keys take 16 bytes instead of MAXSTRINGLEN. The same script must mean
+/// the same: a 15-character name (the longest comm) is counted, walked in
+/// the kernel and on the host, printed as a histogram key, and deleted,
+/// all intact; a longer literal looked up from the host widens the key
+/// and finds nothing.
+#[test]
+fn narrowed_string_keys_keep_every_name_whole() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global counts, sizes, gone
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && (execname() == "stapSk" || execname() == "stapSkLongName1")) {{
+               counts[execname()]++
+               sizes[execname(), 7] <<< 100
+             }}
+             if ($id == {SYS_SOCKET} && execname() == "stapSkWalk") {{
+               foreach (k in counts) printf("kernel %s %d\n", k, counts[k])
+               print(@hist_log(sizes["stapSkLongName1", 7]))
+               delete counts["stapSk"]
+               gone = !("stapSk" in counts)
+               exit()
+             }}
+           }}
+           probe end {{
+             foreach (k in counts) printf("end %s %d\n", k, counts[k])
+             printf("gone %d longer %d\n", gone, "stapSkLongName1-and-more" in counts)
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    for name in ["stapSk", "stapSkLongName1", "stapSkLongName1"] {
+        let status = Command::new(&trigger)
+            .args([name, "udp", "127.0.0.1", &port])
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger failed: {status}");
+    }
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapSkWalk", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    let mut kernel: Vec<&str> = done
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("kernel "))
+        .collect();
+    kernel.sort();
+    assert_eq!(
+        kernel,
+        ["kernel stapSk 1", "kernel stapSkLongName1 2"],
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    let end: Vec<&str> = done
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("end ") || l.starts_with("gone "))
+        .collect();
+    assert_eq!(
+        end,
+        ["end stapSkLongName1 2", "gone 1 longer 0"],
+        "stdout:\n{}",
+        done.stdout
+    );
+    // The histogram of the 15-character key: two samples of 100.
+    assert!(
+        done.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("64 |") && l.trim_end().ends_with(" 2")),
+        "no bucket of 2 samples in:\n{}",
+        done.stdout
+    );
+}

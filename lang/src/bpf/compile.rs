@@ -12,7 +12,7 @@ use super::regex;
 use super::snprintf;
 use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
 use crate::diag::Diagnostic;
-use crate::ir::{Function, Inst, Module, Op, Reg, Storage, ValType, identity};
+use crate::ir::{Function, Global, Inst, Module, Op, Reg, Storage, ValType, identity};
 use crate::ir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
 use crate::kernel::TracepointArgs;
 use crate::source::SourceMap;
@@ -68,7 +68,7 @@ fn compile_in(
         let id = GlobalId(id as u32);
         if global.kernel || touched_by_kernel(&handlers, id) {
             globals.insert(id.0, maps.len());
-            maps.push(global_map(id, &global.storage, n));
+            maps.push(global_map(id, global, n));
         }
     }
     let fixed = |name: &str, map_type, key_size, value_size, max_entries, role| MapSpec {
@@ -599,9 +599,9 @@ fn op_global(op: &Op) -> Option<GlobalId> {
 
 /// A global's map, per `layout.rs`. Hash maps stay preallocated (no
 /// `BPF_F_NO_PREALLOC`): perf-event programs require it.
-fn global_map(id: GlobalId, storage: &Storage, max_string_len: u32) -> MapSpec {
-    let (key_size, value_size) = layout::map_sizes(storage, max_string_len);
-    let (map_type, max_entries) = match storage {
+fn global_map(id: GlobalId, global: &Global, max_string_len: u32) -> MapSpec {
+    let (key_size, value_size) = layout::map_sizes(global, max_string_len);
+    let (map_type, max_entries) = match &global.storage {
         Storage::Scalar(_) => (MAP_ARRAY, 1),
         // `a%[N]` keeps the newest entries; LRU eviction is the closest
         // kernel behaviour (it evicts the least recently used instead).

@@ -10,12 +10,14 @@
 //! - Scalar globals: one `BPF_MAP_TYPE_ARRAY` per global with one entry
 //!   (key `0u32`), value a long or a string.
 //! - Arrays: `BPF_MAP_TYPE_HASH`, key = the keys in order, each laid out as
-//!   above with no padding between them; value a long or a string.
+//!   above with no padding between them; value a long or a string. A string
+//!   key part is [`Global::key_text_bytes`] long: MAXSTRINGLEN, or less when
+//!   no longer text can reach the key (`key_text.rs`).
 //! - Statistics: `BPF_MAP_TYPE_PERCPU_HASH` (keyed) or
 //!   `BPF_MAP_TYPE_PERCPU_ARRAY` with one entry (scalar), value = the
 //!   [`StatLayout`] fields, each an `i64`, per CPU. The host combines CPUs.
 
-use crate::ir::{LinearHist, StatNeeds, Storage, ValType};
+use crate::ir::{Global, LinearHist, StatNeeds, Storage, ValType};
 
 /// Number of `@hist_log` buckets: one for zero, 64 for each sign
 /// (bucket for `v > 0` is `1 + floor(log2(v))`), as in stap's layout.
@@ -28,18 +30,18 @@ pub fn value_size(ty: ValType, max_string_len: u32) -> u32 {
     }
 }
 
-/// Bytes of a packed key tuple.
-pub fn key_size(keys: &[ValType], max_string_len: u32) -> u32 {
-    keys.iter().map(|k| value_size(*k, max_string_len)).sum()
+/// Bytes of a packed key tuple whose string parts are `key_text` bytes.
+pub fn key_size(keys: &[ValType], key_text: u32) -> u32 {
+    keys.iter().map(|k| value_size(*k, key_text)).sum()
 }
 
 /// Byte offset of each key inside a packed key tuple.
-pub fn key_offsets(keys: &[ValType], max_string_len: u32) -> Vec<u32> {
+pub fn key_offsets(keys: &[ValType], key_text: u32) -> Vec<u32> {
     let mut offset = 0;
     keys.iter()
         .map(|k| {
             let here = offset;
-            offset += value_size(*k, max_string_len);
+            offset += value_size(*k, key_text);
             here
         })
         .collect()
@@ -140,19 +142,20 @@ pub fn hist_linear_slot(h: &LinearHist, v: i64) -> u32 {
     (index.saturating_add(1)).min(overflow as u64) as u32
 }
 
-/// Key and value size of a global's map.
-pub fn map_sizes(storage: &Storage, max_string_len: u32) -> (u32, u32) {
-    match storage {
+/// Key and value size of a global's map. String key parts are
+/// [`Global::key_text_bytes`] long, string values MAXSTRINGLEN.
+pub fn map_sizes(global: &Global, max_string_len: u32) -> (u32, u32) {
+    let key_text = global.key_text_bytes(max_string_len);
+    match &global.storage {
         Storage::Scalar(ty) => (4, value_size(*ty, max_string_len)),
-        Storage::Array { keys, value, .. } => (
-            key_size(keys, max_string_len),
-            value_size(*value, max_string_len),
-        ),
+        Storage::Array { keys, value, .. } => {
+            (key_size(keys, key_text), value_size(*value, max_string_len))
+        }
         Storage::Stats { keys, needs, .. } => {
             let key = if keys.is_empty() {
                 4
             } else {
-                key_size(keys, max_string_len)
+                key_size(keys, key_text)
             };
             (key, StatLayout::new(needs).value_size())
         }

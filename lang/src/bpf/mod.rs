@@ -11,6 +11,7 @@ mod emit;
 pub mod facts;
 pub mod inline;
 pub mod insn;
+pub mod key_text;
 pub mod layout;
 mod listing;
 pub mod maps;

@@ -545,7 +545,8 @@ pub fn decode_with<'a>(
             RecordBody::Error { kind, span }
         }
         KIND_HIST => {
-            let types = match module.globals.get(id as usize).map(|g| &g.storage) {
+            let global = module.globals.get(id as usize);
+            let types = match global.map(|g| &g.storage) {
                 Some(crate::ir::Storage::Stats { keys, .. }) => keys.clone(),
                 _ => return Err(DecodeError::UnknownGlobal(id)),
             };
@@ -556,7 +557,7 @@ pub fn decode_with<'a>(
             };
             reader.u32()?;
             // The emitter's key layout: strings take at least 8 bytes.
-            let n = max_string_len.max(8);
+            let n = global.map_or(8, |g| g.key_text_bytes(max_string_len.max(8)));
             let size = super::layout::key_size(&types, n);
             let key = reader.padded(size)?;
             let offsets = super::layout::key_offsets(&types, n);

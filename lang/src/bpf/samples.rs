@@ -123,6 +123,7 @@ impl Builder {
             kernel: true,
             host: true,
             span: Span::new(self.file, start, start + name.len()),
+            key_text_bytes: None,
         });
         crate::ir::GlobalId(self.globals.len() as u32 - 1)
     }

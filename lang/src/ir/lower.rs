@@ -144,6 +144,7 @@ fn lower_global(g: &hir::Global, needs: StatNeeds, limits: &hir::Limits) -> Glob
         kernel: g.used_by.kernel,
         host: g.used_by.host,
         span: g.span,
+        key_text_bytes: None,
     }
 }
 
@@ -361,6 +362,7 @@ impl<'p> ModuleState<'p> {
             kernel: true,
             host: false,
             span,
+            key_text_bytes: None,
         });
         id
     }

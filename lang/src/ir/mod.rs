@@ -98,6 +98,17 @@ pub struct Global {
     pub kernel: bool,
     pub host: bool,
     pub span: Span,
+    /// Bytes of each string part of this global's key, when what can reach
+    /// the key is shorter than MAXSTRINGLEN (`bpf::key_text`): `execname()`
+    /// keys take 16 bytes, not 512. `None`: MAXSTRINGLEN.
+    pub key_text_bytes: Option<u32>,
+}
+
+impl Global {
+    /// Bytes of each string part of the key, given MAXSTRINGLEN.
+    pub fn key_text_bytes(&self, max_string_len: u32) -> u32 {
+        self.key_text_bytes.unwrap_or(max_string_len)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -34,6 +34,9 @@ struct Slot {
     storage: Storage,
     /// Statistics only.
     shape: Option<StatShape>,
+    /// [`stap_lang::ir::Global::key_text_bytes`]: a kernel map's string
+    /// key parts, when narrower than MAXSTRINGLEN.
+    key_text: Option<u32>,
     store: Store,
     /// `%` arrays in a host table: the insertion order, so that a full
     /// array evicts its oldest element, as stap does.
@@ -126,6 +129,7 @@ impl Globals {
                     name: g.name.clone(),
                     storage: g.storage.clone(),
                     shape,
+                    key_text: g.key_text_bytes,
                     store,
                     fifo: wrap.then(Fifo::default),
                 }
@@ -156,6 +160,7 @@ impl Globals {
             slot.storage.clone(),
             slot.shape,
             max_string_len as u32,
+            slot.key_text.unwrap_or(max_string_len as u32),
             slot.name.clone(),
         );
         if let Store::Scalar(value) = &slot.store {
@@ -184,6 +189,7 @@ impl Globals {
             slot.storage.clone(),
             slot.shape,
             max_string_len as u32,
+            slot.key_text.unwrap_or(max_string_len as u32),
             slot.name.clone(),
         ));
         slot.fifo = None;

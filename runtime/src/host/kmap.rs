@@ -55,6 +55,9 @@ pub struct KernelMap {
     storage: Storage,
     shape: Option<StatShape>,
     max_string_len: u32,
+    /// Bytes of each string key part: MAXSTRINGLEN, or less when the
+    /// compiler found no longer text can reach the key.
+    key_text: u32,
     name: String,
 }
 
@@ -65,6 +68,7 @@ impl KernelMap {
         storage: Storage,
         shape: Option<StatShape>,
         max_string_len: u32,
+        key_text: u32,
         name: String,
     ) -> KernelMap {
         KernelMap {
@@ -73,6 +77,7 @@ impl KernelMap {
             storage,
             shape,
             max_string_len,
+            key_text,
             name,
         }
     }
@@ -99,16 +104,36 @@ impl KernelMap {
         }
     }
 
-    fn encode_key(&self, key: &[Value]) -> Vec<u8> {
+    /// The key's bytes; `None` when a string part is longer than a
+    /// narrowed key slot holds, so no element can have it.
+    fn encode_key(&self, key: &[Value]) -> Option<Vec<u8>> {
         let types = key_types(&self.storage);
         if types.is_empty() {
-            return 0u32.to_ne_bytes().to_vec();
+            return Some(0u32.to_ne_bytes().to_vec());
         }
-        let mut out = Vec::with_capacity(layout::key_size(types, self.max_string_len) as usize);
+        let mut out = Vec::with_capacity(layout::key_size(types, self.key_text) as usize);
         for (ty, v) in types.iter().zip(key) {
-            encode_value(*ty, v, self.max_string_len, &mut out);
+            if let (ValType::Str, Value::Str(text)) = (ty, v)
+                && self.key_text < self.max_string_len
+                && text.len() >= self.key_text as usize
+            {
+                return None;
+            }
+            encode_value(*ty, v, self.key_text, &mut out);
         }
-        out
+        Some(out)
+    }
+
+    /// [`KernelMap::encode_key`] for a store: the compiler sized the key
+    /// by every text that reaches it, so a longer one is a bug, reported
+    /// rather than cut short.
+    fn encode_stored_key(&self, key: &[Value]) -> Result<Vec<u8>, RuntimeError> {
+        self.encode_key(key).ok_or_else(|| {
+            RuntimeError::Internal(format!(
+                "a key of `{}` is longer than its {}-byte slot",
+                self.name, self.key_text
+            ))
+        })
     }
 
     /// `offsets`: the key's part offsets, computed once by the caller.
@@ -116,7 +141,7 @@ impl KernelMap {
         key_types(&self.storage)
             .iter()
             .zip(offsets)
-            .map(|(ty, at)| decode_value(*ty, &bytes[*at as usize..], self.max_string_len))
+            .map(|(ty, at)| decode_value(*ty, &bytes[*at as usize..], self.key_text))
             .collect()
     }
 
@@ -154,9 +179,10 @@ impl KernelMap {
     }
 
     pub fn get(&self, key: &[Value]) -> Result<Option<Value>, RuntimeError> {
-        Ok(self
-            .lookup(&self.encode_key(key))?
-            .map(|b| self.decode_plain(&b)))
+        let Some(key) = self.encode_key(key) else {
+            return Ok(None);
+        };
+        Ok(self.lookup(&key)?.map(|b| self.decode_plain(&b)))
     }
 
     pub fn set(&self, key: &[Value], value: &Value) -> Result<(), RuntimeError> {
@@ -168,19 +194,25 @@ impl KernelMap {
             &mut bytes,
         );
         self.ops
-            .update(self.fd, &self.encode_key(key), &bytes)
+            .update(self.fd, &self.encode_stored_key(key)?, &bytes)
             .map_err(|e| self.err(e))
     }
 
     pub fn delete(&self, key: &[Value]) -> Result<(), RuntimeError> {
+        let Some(key) = self.encode_key(key) else {
+            return Ok(());
+        };
         self.ops
-            .delete(self.fd, &self.encode_key(key))
+            .delete(self.fd, &key)
             .map(|_| ())
             .map_err(|e| self.err(e))
     }
 
     pub fn contains(&self, key: &[Value]) -> Result<bool, RuntimeError> {
-        Ok(self.lookup(&self.encode_key(key))?.is_some())
+        match self.encode_key(key) {
+            Some(key) => Ok(self.lookup(&key)?.is_some()),
+            None => Ok(false),
+        }
     }
 
     pub fn clear(&self) -> Result<(), RuntimeError> {
@@ -195,10 +227,7 @@ impl KernelMap {
                 .update(self.fd, &0u32.to_ne_bytes(), &zeros)
                 .map_err(|e| self.err(e));
         }
-        let key_size = self
-            .encode_key(&[])
-            .len()
-            .max(layout::key_size(key_types(&self.storage), self.max_string_len) as usize);
+        let key_size = layout::key_size(key_types(&self.storage), self.key_text) as usize;
         let (keys, _) = self
             .ops
             .dump(self.fd, key_size, self.buffer_size())
@@ -236,7 +265,10 @@ impl KernelMap {
     }
 
     pub fn stat(&self, key: &[Value]) -> Result<Aggregate, RuntimeError> {
-        let bytes = self.lookup(&self.encode_key(key))?;
+        let bytes = match self.encode_key(key) {
+            Some(key) => self.lookup(&key)?,
+            None => None,
+        };
         self.aggregate(bytes.as_deref())
     }
 
@@ -245,7 +277,7 @@ impl KernelMap {
         let shape = self
             .shape
             .ok_or_else(|| RuntimeError::Internal(format!("`{}` is not a statistic", self.name)))?;
-        let key = self.encode_key(key);
+        let key = self.encode_stored_key(key)?;
         let mut bytes = self
             .lookup(&key)?
             .unwrap_or_else(|| vec![0u8; self.buffer_size()]);
@@ -264,9 +296,9 @@ impl KernelMap {
     }
 
     pub fn elements(&self) -> Result<Vec<Element>, RuntimeError> {
-        let key_size = layout::key_size(key_types(&self.storage), self.max_string_len) as usize;
+        let key_size = layout::key_size(key_types(&self.storage), self.key_text) as usize;
         let value_size = self.buffer_size();
-        let offsets = layout::key_offsets(key_types(&self.storage), self.max_string_len);
+        let offsets = layout::key_offsets(key_types(&self.storage), self.key_text);
         let mut elements = Vec::new();
         let mut failure = None;
         // Decoded a batch at a time, while the batch is still in cache.

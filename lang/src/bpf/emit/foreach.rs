@@ -521,20 +521,22 @@ impl Emitter<'_> {
             (r.global, r.keys.clone(), r.value)
         };
         let types = self.global_keys(global).to_vec();
-        let offsets = layout::key_offsets(&types, self.n);
+        let key_text = self.key_text(global);
+        let offsets = layout::key_offsets(&types, key_text);
         for ((reg, ty), offset) in keys.iter().zip(&types).zip(offsets) {
-            self.load_field(*reg, *ty, key_slot, offset);
+            self.load_field(*reg, *ty, key_slot, offset, key_text);
         }
         if let (Some(reg), Storage::Array { value: ty, .. }) =
             (value, &self.module.global(global).storage)
         {
-            self.load_field(reg, *ty, value_slot, 0);
+            self.load_field(reg, *ty, value_slot, 0, self.n);
         }
     }
 
     /// Register `reg` from `offset` bytes into the memory the pointer in
-    /// frame slot `slot` points at.
-    fn load_field(&mut self, reg: Reg, ty: ValType, slot: i16, offset: u32) {
+    /// frame slot `slot` points at; a string field is `text_bytes` long
+    /// and the rest of the string register is zeroed.
+    fn load_field(&mut self, reg: Reg, ty: ValType, slot: i16, offset: u32, text_bytes: u32) {
         if self.alloc.location(reg) == Location::Unused {
             return;
         }
@@ -556,7 +558,12 @@ impl Emitter<'_> {
                 if offset != 0 {
                     self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
                 }
-                self.call_memcpy(self.n);
+                self.call_memcpy(text_bytes);
+                if text_bytes < self.n {
+                    self.str_addr(reg, R1);
+                    self.push(Insn::alu64_imm(insn::ADD, R1, text_bytes as i32));
+                    self.call_memset(self.n - text_bytes);
+                }
             }
         }
     }

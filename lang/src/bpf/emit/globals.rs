@@ -22,7 +22,8 @@ impl Emitter<'_> {
             return;
         }
         let types: Vec<ValType> = self.global_keys(global).to_vec();
-        let offsets = layout::key_offsets(&types, self.n);
+        let key_text = self.key_text(global);
+        let offsets = layout::key_offsets(&types, key_text);
         if self.key_on_stack(global, false) {
             for (key, offset) in keys.iter().zip(&offsets) {
                 let k = self.operand(*key, R1);
@@ -38,10 +39,21 @@ impl Emitter<'_> {
                     let k = self.operand(*key, R2);
                     self.push(Insn::store(DW, R1, 0, k));
                 }
+                // The text, NUL and padding fit in `key_text` bytes: no
+                // longer text reaches this key (`key_text.rs`). A short key
+                // is copied with loads and stores, not a helper call.
+                ValType::Str if key_text <= SMALL_BYTES => {
+                    self.scratch_addr(R1, base + offset);
+                    self.str_addr(*key, R3);
+                    for at in (0..key_text as i16).step_by(8) {
+                        self.push(Insn::load(DW, R0, R3, at));
+                        self.push(Insn::store(DW, R1, at, R0));
+                    }
+                }
                 ValType::Str => {
                     self.scratch_addr(R1, base + offset);
                     self.str_addr(*key, R3);
-                    self.call_memcpy(self.n);
+                    self.call_memcpy(key_text);
                 }
             }
         }

@@ -851,8 +851,13 @@ impl Emitter<'_> {
         }
     }
 
+    /// Bytes of each string part of the global's key (`key_text.rs`).
+    fn key_text(&self, global: GlobalId) -> u32 {
+        self.module.global(global).key_text_bytes(self.n)
+    }
+
     fn key_bytes(&self, global: GlobalId) -> u32 {
-        layout::key_size(self.global_keys(global), self.n)
+        layout::key_size(self.global_keys(global), self.key_text(global))
     }
 
     fn key_fits_stack(&self, global: GlobalId) -> bool {

@@ -56,6 +56,7 @@ fn global(name: &str, storage: Storage) -> Global {
         kernel: true,
         host: true,
         span: Span::default(),
+        key_text_bytes: None,
     }
 }
 
