@@ -121,3 +121,69 @@ fn cmdline_functions_run_in_a_tracepoint() {
     );
     assert_eq!(done.stdout, expected);
 }
+
+/// `backtrace()` and `ubacktrace()` as values in a tracepoint: stap's
+/// hex strings, kept in a global, then named on the host by
+/// `sprint_stack()` in the end probe.
+#[test]
+fn backtrace_values_in_a_tracepoint_are_symbolized_on_the_host() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kbt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("f");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global stacks
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKBt") next
+             stacks["k"] = backtrace()
+             stacks["u"] = ubacktrace()
+             exit()
+           }
+           probe end {
+             printf("k=%s\nu=%s\n%s\n", stacks["k"], stacks["u"], sprint_stack(stacks["k"]))
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKBt", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let hex_list = |line: &str| {
+        !line.is_empty()
+            && line.split(' ').all(|frame| {
+                frame
+                    .strip_prefix("0x")
+                    .is_some_and(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+            })
+    };
+    let mut lines = done.stdout.lines();
+    let kernel = lines
+        .next()
+        .and_then(|l| l.strip_prefix("k="))
+        .unwrap_or("");
+    assert!(hex_list(kernel), "kernel stack: {}", done.stdout);
+    assert!(kernel.split(' ').count() > 1, "{}", done.stdout);
+    let user = lines
+        .next()
+        .and_then(|l| l.strip_prefix("u="))
+        .unwrap_or("");
+    assert!(hex_list(user), "user stack: {}", done.stdout);
+    // The system call entry is on every kernel stack of a system call;
+    // the tracing machinery's frames are not.
+    let named: Vec<&str> = lines.collect();
+    assert!(
+        named.iter().any(|l| l.starts_with("do_syscall_64+")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        !named
+            .iter()
+            .any(|l| l.starts_with("bpf_") || l.starts_with("__bpf_")),
+        "{}",
+        done.stdout
+    );
+}

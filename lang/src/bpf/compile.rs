@@ -509,7 +509,13 @@ fn format_table(
                 Op::Builtin { name, .. }
                     if matches!(
                         name.as_str(),
-                        "symname" | "symdata" | "modname" | "probefunc" | "caller_addr"
+                        "symname"
+                            | "symdata"
+                            | "modname"
+                            | "probefunc"
+                            | "caller_addr"
+                            | "backtrace"
+                            | "ubacktrace"
                     ) =>
                 {
                     needed = true
@@ -563,6 +569,8 @@ fn format_table(
     data.extend_from_slice(b"%ps\0");
     let symdata = data.len() as u32;
     data.extend_from_slice(b"%pS\0");
+    let hex_frame = data.len() as u32;
+    data.extend_from_slice(b" 0x%lx\0");
     while data.len() % 8 != 0 {
         data.push(0);
     }
@@ -572,6 +580,7 @@ fn format_table(
         segments,
         symname,
         symdata,
+        hex_frame,
         regexes,
     };
     Ok(Some((index, data)))

@@ -211,11 +211,13 @@ impl Table {
 /// for an event rather than to the code that raised it: BPF programs and
 /// trampolines, and the tracepoint and perf glue in front of them.
 pub fn is_machinery(name: &str) -> bool {
-    const PREFIXES: [&str; 6] = [
+    const PREFIXES: [&str; 7] = [
         "bpf_",
         "__bpf_",
         "__traceiter_",
         "perf_trace_",
+        // The syscalls:* events' perf glue.
+        "perf_syscall_",
         "trace_call_bpf",
         "kprobe_ftrace_handler",
     ];

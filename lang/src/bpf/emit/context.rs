@@ -350,6 +350,11 @@ impl Emitter<'_> {
                     self.str_replace(dst, *s, *old, *new);
                 }
             }
+            "backtrace" | "ubacktrace" => {
+                if let Some(dst) = dst {
+                    self.backtrace_value(dst, name == "ubacktrace");
+                }
+            }
             "cmdline_args" => {
                 if let (Some(dst), [first, last, delim]) = (dst, args) {
                     self.cmdline_args(dst, *first, *last, *delim);

@@ -90,6 +90,9 @@ pub(super) struct FormatsIndex {
     /// `%ps` (symname) and `%pS` (symdata).
     pub symname: u32,
     pub symdata: u32,
+    /// `" 0x%lx"`: a frame of `backtrace()` (from its second byte for the
+    /// first frame).
+    pub hex_frame: u32,
     /// The DFA table of each `=~` pattern (`bpf::regex`), by its text.
     pub regexes: HashMap<String, RegexPlace>,
 }

@@ -2,7 +2,8 @@
 //! scratch stack area (`u64` bytes captured, `u64` tgid, then
 //! [`MAX_FRAMES`] return addresses), either copied into a printf record
 //! for the host to symbolize, or walked here for `probefunc()` in
-//! tracepoint and perf probes and for `caller_addr()`.
+//! tracepoint and perf probes, for `caller_addr()`, and for the hex
+//! strings of `backtrace()` and `ubacktrace()`.
 
 use super::*;
 use crate::bpf::records::{MAX_FRAMES, STACK_BYTES, TAG_STACK_BASE};
@@ -14,11 +15,21 @@ const BPF_F_USER_STACK: i32 = 1 << 8;
 /// program it runs (the program, its trampoline, the tracepoint and perf
 /// glue), each at most 8 bytes so one load compares it. The host's
 /// `symbols::is_machinery` drops the same frames from printed stacks.
-const MACHINERY: [&[u8]; 5] = [b"bpf_", b"__bpf_", b"__tracei", b"perf_tra", b"trace_ca"];
+const MACHINERY: [&[u8]; 6] = [
+    b"bpf_",
+    b"__bpf_",
+    b"__tracei",
+    b"perf_tra",
+    b"perf_sys",
+    b"trace_ca",
+];
 
 /// Whether built-in `name` walks the kernel stack in BPF.
 pub(super) fn walks_stack(name: &str) -> bool {
-    matches!(name, "probefunc" | "caller_addr")
+    matches!(
+        name,
+        "probefunc" | "caller_addr" | "backtrace" | "ubacktrace"
+    )
 }
 
 impl Emitter<'_> {
@@ -176,5 +187,90 @@ impl Emitter<'_> {
         };
         self.foreign_frame(extra);
         self.set_result(dst, R0);
+    }
+
+    /// `backtrace()` (`user`: `ubacktrace()`): stap's string of the stack's
+    /// return addresses, `0x`-prefixed hex separated by spaces, from the
+    /// first frame outside the tracing machinery (every frame of a user
+    /// stack), cut at MAXSTRINGLEN - 1 bytes between frames. The host's
+    /// `print_stack`, `sprint_stack` and `print_syms` name them.
+    ///
+    /// Each frame is one `bpf_snprintf` at the string's end; the frame's
+    /// byte index stays at `FRAME_SMALL` (exact for the verifier, so at
+    /// most [`MAX_FRAMES`] rounds) and the string's length at
+    /// `FRAME_SMALL + 8`.
+    pub(super) fn backtrace_value(&mut self, dst: Reg, user: bool) {
+        let Some(formats) = self.maps.formats.as_ref() else {
+            return;
+        };
+        let (map, hex_frame) = (formats.map, formats.hex_frame);
+        let last = self.n as i32 - 1;
+        let area = self.scratch.stack;
+        let temp = self.scratch.temp;
+        let top = self.new_label();
+        let done = self.new_label();
+        if user {
+            self.capture_stack(true);
+            self.push(Insn::store_imm(DW, FP, FRAME_SMALL, 0));
+        } else {
+            // Leaves the first foreign frame's byte index at FRAME_SMALL.
+            self.foreign_frame(0);
+        }
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        self.push(Insn::store_imm(DW, FP, FRAME_SMALL + 8, 0));
+        self.bind(top);
+        self.push(Insn::load(DW, R3, FP, FRAME_SMALL));
+        self.jump(
+            Insn::jump_imm(insn::JGE, R3, (8 * MAX_FRAMES) as i32, 0),
+            done,
+        );
+        self.scratch_addr(R1, area);
+        self.push(Insn::load(DW, R4, R1, 0));
+        self.jump(Insn::jump_reg(insn::JGE, R3, R4, 0), done);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R3));
+        self.push(Insn::load(DW, R2, R1, 16));
+        // A user stack the unwinder lost ends in a zero frame.
+        self.jump(Insn::jump_imm(insn::JEQ, R2, 0, 0), done);
+        self.scratch_addr(R1, self.scratch.sprintf);
+        self.push(Insn::store(DW, R1, 0, R2));
+        self.push(Insn::load(DW, R5, FP, FRAME_SMALL + 8));
+        self.jump(Insn::jump_imm(insn::JGE, R5, last, 0), done);
+        self.scratch_addr(R1, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R5));
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.push(Insn::alu64_reg(insn::SUB, R2, R5));
+        // No space before the first frame.
+        self.ld_map_value(R3, map, hex_frame as i32);
+        self.push(Insn::jump_imm(insn::JNE, R5, 0, 1));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 1));
+        self.scratch_addr(R4, self.scratch.sprintf);
+        self.push(Insn::mov_imm(R5, 8));
+        self.call(helper::SNPRINTF);
+        self.jump(Insn::jump_imm(insn::JSLT, R0, 1, 0), done);
+        let fits = self.new_label();
+        self.push(Insn::load(DW, R5, FP, FRAME_SMALL + 8));
+        self.jump(Insn::jump_imm(insn::JGE, R5, last, 0), done);
+        self.push(Insn::mov_imm(R2, self.n as i32));
+        self.push(Insn::alu64_reg(insn::SUB, R2, R5));
+        self.jump(Insn::jump_reg(insn::JLE, R0, R2, 0), fits);
+        // Cut by the end of the string: the frame is dropped whole.
+        self.scratch_addr(R1, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R5));
+        self.push(Insn::mov_imm(R3, 0));
+        self.call(helper::PROBE_READ_KERNEL);
+        self.goto(done);
+        self.bind(fits);
+        self.push(Insn::alu64_reg(insn::ADD, R5, R0));
+        self.push(Insn::alu64_imm(insn::SUB, R5, 1));
+        self.push(Insn::store(DW, FP, FRAME_SMALL + 8, R5));
+        self.push(Insn::load(DW, R3, FP, FRAME_SMALL));
+        self.push(Insn::alu64_imm(insn::ADD, R3, 8));
+        self.push(Insn::store(DW, FP, FRAME_SMALL, R3));
+        self.goto(top);
+        self.bind(done);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
     }
 }

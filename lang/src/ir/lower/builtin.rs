@@ -96,14 +96,14 @@ impl FnLowering<'_, '_> {
                 );
                 None
             }
-            "sprint_backtrace" | "sprint_ubacktrace" | "backtrace" | "ubacktrace"
-                if self.is_kernel() =>
-            {
+            "sprint_backtrace" | "sprint_ubacktrace" if self.is_kernel() => {
                 // The frames are captured in BPF but only the host can name
-                // them: a print argument travels as the stack.
+                // them: a print argument travels as the stack. A value
+                // that stays in the kernel can be backtrace()'s addresses.
                 self.m.unsupported(
                     format!(
-                        "{name}() in a kernel probe other than as a print or printf argument (the host symbolizes stacks; use print_backtrace())"
+                        "{name}() in a kernel probe other than as a print or printf argument (the host symbolizes stacks; keep {}() and name it with sprint_stack() in a host probe)",
+                        if name == "sprint_backtrace" { "backtrace" } else { "ubacktrace" }
                     ),
                     span,
                 );
