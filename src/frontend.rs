@@ -264,6 +264,7 @@ pub fn compile_options(args: &Args) -> pipeline::Options {
             .ok()
             .and_then(|n| u32::try_from(n).ok()),
         full_string_keys: false,
+        local_time: Some(stap_runtime::host::builtins::local_time_zone()),
     }
 }
 

@@ -31,6 +31,8 @@ pub struct Options {
     /// sets it: its maps outlive one program, and a later program could
     /// use longer keys.
     pub full_string_keys: bool,
+    /// The host's time zone (else UTC), for `tz_ctime` in kernel probes.
+    pub local_time: Option<bpf::LocalTime>,
 }
 
 /// Whether [`compile`] goes on after lowering (`-p3` and `--dump=ir` stop).
@@ -96,6 +98,7 @@ pub fn compile(
         tracepoint_mechanism: options.tracepoint_mechanism,
         kernel: bpf::facts::EmitFacts::for_module(&module, kernel),
         cpus: options.cpus.unwrap_or(bpf::DEFAULT_CPUS),
+        local_time: options.local_time.unwrap_or_default(),
         ..bpf::Options::from_limits(&module.limits)
     };
     let object = bpf::compile_with_source(&module, &emit, source).map_err(Error::Diagnostics)?;

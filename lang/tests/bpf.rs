@@ -16,6 +16,7 @@ fn options() -> Options {
         cpus: bpf::DEFAULT_CPUS,
         tracepoint_mechanism: Default::default(),
         kernel: Default::default(),
+        local_time: Default::default(),
     }
 }
 

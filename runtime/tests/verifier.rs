@@ -126,6 +126,7 @@ fn options() -> Options {
         cpus: bpf::DEFAULT_CPUS,
         tracepoint_mechanism: Default::default(),
         kernel: Default::default(),
+        local_time: Default::default(),
     }
 }
 
@@ -178,6 +179,7 @@ fn small_max_string_len_also_loads() {
             cpus: bpf::DEFAULT_CPUS,
             tracepoint_mechanism: Default::default(),
             kernel: Default::default(),
+            local_time: Default::default(),
         };
         let object = bpf::compile(&sample.module, &options).expect("compiles");
         let fds = create_maps(&object);

@@ -187,3 +187,59 @@ fn backtrace_values_in_a_tracepoint_are_symbolized_on_the_host() {
         done.stdout
     );
 }
+
+/// `ctime()` and `tz_ctime()` as values in a tracepoint (a map key here)
+/// give the host's text: fixed dates, and the current time in the local
+/// zone compared with the host probe's own `tz_ctime` of the same second.
+#[test]
+fn ctime_values_in_a_tracepoint_match_the_host() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kdate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("f");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global dates, when
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKDate") next
+             when = gettimeofday_s()
+             dates[tz_ctime(when)] = 1
+             dates[ctime(0)] = 2
+             dates[ctime(1234567890)] = 3
+             dates[ctime(951782400)] = 4
+             dates[ctime(4102444799)] = 5
+             exit()
+           }
+           probe end {
+             foreach (d in dates) printf("%d %s\n", dates[d], d)
+             printf("host %s\n", tz_ctime(when))
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKDate", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let mut lines: Vec<&str> = done.stdout.lines().collect();
+    lines.sort();
+    let host = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("host "))
+        .unwrap_or("");
+    assert!(!host.is_empty(), "{}", done.stdout);
+    assert_eq!(
+        lines,
+        [
+            format!("1 {host}").as_str(),
+            "2 Thu Jan  1 00:00:00 1970",
+            "3 Fri Feb 13 23:31:30 2009",
+            "4 Tue Feb 29 00:00:00 2000",
+            "5 Thu Dec 31 23:59:59 2099",
+            &format!("host {host}"),
+        ],
+        "{}",
+        done.stdout
+    );
+}

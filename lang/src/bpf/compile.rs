@@ -82,7 +82,7 @@ fn compile_in(
     };
     // Before the format table: a shared program may gain symname() calls.
     let shared = shared_kprobe_programs(module, &mut handlers, options.kernel.kprobe_multi);
-    let formats = match format_table(module, &handlers, maps.len() + 4) {
+    let formats = match format_table(module, &handlers, maps.len() + 4, &options.local_time) {
         Ok(formats) => formats,
         Err(mut errors) => {
             diags.append(&mut errors);
@@ -456,6 +456,7 @@ fn format_table(
     module: &Module,
     handlers: &[(usize, Function)],
     map: usize,
+    local_time: &super::LocalTime,
 ) -> Result<Option<(FormatsIndex, Vec<u8>)>, Vec<Diagnostic>> {
     let mut data = Vec::new();
     let mut offsets = HashMap::new();
@@ -463,6 +464,7 @@ fn format_table(
     let mut needed = false;
     let mut diags = Vec::new();
     let mut regexes = HashMap::new();
+    let mut dates = false;
     for (_, function) in handlers {
         for inst in function.blocks.iter().flat_map(|b| &b.insts) {
             match &inst.op {
@@ -520,6 +522,10 @@ fn format_table(
                 {
                     needed = true
                 }
+                Op::Builtin { name, .. } if name == "ctime" || name == "tz_ctime" => {
+                    needed = true;
+                    dates = true;
+                }
                 Op::Builtin { name, args, .. } if name == "regex_match" => {
                     // A pattern that is not a literal is the emitter's error.
                     let Some(pattern) = args
@@ -571,6 +577,27 @@ fn format_table(
     data.extend_from_slice(b"%pS\0");
     let hex_frame = data.len() as u32;
     data.extend_from_slice(b" 0x%lx\0");
+    // ctime's names (4 bytes each) and formats: the names are copied
+    // over the `XXX XXX` the formats print.
+    let ctime = dates.then(|| {
+        let days = data.len() as u32;
+        data.extend_from_slice(b"Sun\0Mon\0Tue\0Wed\0Thu\0Fri\0Sat\0");
+        let months = data.len() as u32;
+        data.extend_from_slice(b"Jan\0Feb\0Mar\0Apr\0May\0Jun\0Jul\0Aug\0Sep\0Oct\0Nov\0Dec\0");
+        let utc = data.len() as u32;
+        data.extend_from_slice(b"XXX XXX %2d %02d:%02d:%02d %d\0");
+        let local = data.len() as u32;
+        data.extend_from_slice(b"XXX XXX %2d %02d:%02d:%02d %d ");
+        data.extend_from_slice(local_time.name().as_bytes());
+        data.push(0);
+        emit::CtimePlace {
+            days,
+            months,
+            utc,
+            local,
+            offset_east: local_time.offset_east,
+        }
+    });
     while data.len() % 8 != 0 {
         data.push(0);
     }
@@ -582,6 +609,7 @@ fn format_table(
         symdata,
         hex_frame,
         regexes,
+        ctime,
     };
     Ok(Some((index, data)))
 }

@@ -57,6 +57,45 @@ pub struct Options {
     /// ([`facts::EmitFacts::for_module`]); the default knows nothing and is
     /// always safe.
     pub kernel: facts::EmitFacts,
+    /// The host's time zone, for `tz_ctime` in kernel probes.
+    pub local_time: LocalTime,
+}
+
+/// The host's time zone when the script is compiled: `tz_ctime()` in a
+/// kernel probe formats with this offset and name (stap's `tz_gmtoff()`
+/// and `tz_name()` are fixed at that moment too). The default is UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalTime {
+    /// Seconds east of UTC.
+    pub offset_east: i64,
+    name: [u8; 16],
+}
+
+impl LocalTime {
+    /// `name` is cut to 15 bytes; a `%` in it is dropped (it goes into a
+    /// format string).
+    pub fn new(offset_east: i64, name: &str) -> LocalTime {
+        let mut bytes = [0u8; 16];
+        let kept = name.bytes().filter(|b| *b != b'%' && *b != 0).take(15);
+        for (slot, byte) in bytes.iter_mut().zip(kept) {
+            *slot = byte;
+        }
+        LocalTime {
+            offset_east,
+            name: bytes,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        let end = self.name.iter().position(|b| *b == 0).unwrap_or(16);
+        std::str::from_utf8(&self.name[..end]).unwrap_or("")
+    }
+}
+
+impl Default for LocalTime {
+    fn default() -> LocalTime {
+        LocalTime::new(0, "UTC")
+    }
 }
 
 /// `--tracepoint-mechanism`: raw tracepoints need no BTF at load time;
@@ -83,6 +122,7 @@ impl Options {
             cpus: DEFAULT_CPUS,
             tracepoint_mechanism: TracepointMechanism::default(),
             kernel: facts::EmitFacts::default(),
+            local_time: LocalTime::default(),
         }
     }
 }

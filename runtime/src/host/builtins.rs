@@ -520,6 +520,22 @@ fn escape(src: &[u8], limit: usize) -> Vec<u8> {
     out
 }
 
+/// The local time zone now: its offset east of UTC and its name, which
+/// `tz_ctime` in kernel probes formats with (UTC when libc cannot tell).
+pub fn local_time_zone() -> stap_lang::bpf::LocalTime {
+    let t = now_ns() / 1_000_000_000;
+    // SAFETY: zeroed `tm` is a valid output buffer for localtime_r.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are valid for the call.
+    if unsafe { libc::localtime_r(&(t as libc::time_t), &mut tm) }.is_null() || tm.tm_zone.is_null()
+    {
+        return stap_lang::bpf::LocalTime::default();
+    }
+    // SAFETY: tm_zone points to a NUL-terminated zone name from libc.
+    let zone = unsafe { std::ffi::CStr::from_ptr(tm.tm_zone) };
+    stap_lang::bpf::LocalTime::new(tm.tm_gmtoff, &zone.to_string_lossy())
+}
+
 /// `ctime`: `Thu Jan  1 00:00:00 1970` (UTC, or local time for `tz_ctime`).
 pub fn ctime(secs: i64, local: bool) -> String {
     let t = secs as libc::time_t;

@@ -350,6 +350,11 @@ impl Emitter<'_> {
                     self.str_replace(dst, *s, *old, *new);
                 }
             }
+            "ctime" | "tz_ctime" => {
+                if let (Some(dst), [secs]) = (dst, args) {
+                    self.ctime(dst, *secs, name == "tz_ctime");
+                }
+            }
             "backtrace" | "ubacktrace" => {
                 if let Some(dst) = dst {
                     self.backtrace_value(dst, name == "ubacktrace");

@@ -16,6 +16,7 @@
 //!   constants; spill slots follow it.
 
 mod context;
+mod dates;
 mod foreach;
 mod format;
 mod globals;
@@ -95,6 +96,19 @@ pub(super) struct FormatsIndex {
     pub hex_frame: u32,
     /// The DFA table of each `=~` pattern (`bpf::regex`), by its text.
     pub regexes: HashMap<String, RegexPlace>,
+    /// `ctime`/`tz_ctime`'s names and formats, when a handler calls them.
+    pub ctime: Option<CtimePlace>,
+}
+
+/// Where `ctime`'s pieces sit in the formats map's value.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CtimePlace {
+    pub days: u32,
+    pub months: u32,
+    pub utc: u32,
+    pub local: u32,
+    /// `tz_ctime`'s offset east of UTC, in seconds.
+    pub offset_east: i64,
 }
 
 /// Where a pattern's DFA table sits in the formats map's value.
@@ -799,6 +813,9 @@ impl Emitter<'_> {
                         if name == "symname" || name == "symdata" || name == "modname" =>
                     {
                         sprintf = sprintf.max(8)
+                    }
+                    Op::Builtin { name, .. } if name == "ctime" || name == "tz_ctime" => {
+                        sprintf = sprintf.max(40)
                     }
                     Op::Builtin { name, .. } if stack::walks_stack(name) => {
                         sprintf = sprintf.max(8);

@@ -109,15 +109,6 @@ impl FnLowering<'_, '_> {
                 );
                 Some(self.const_str("", span))
             }
-            "ctime" | "tz_ctime" if self.is_kernel() => {
-                self.m.unsupported(
-                    format!(
-                        "{name}() in a kernel probe other than as a printf argument (the host formats dates)"
-                    ),
-                    span,
-                );
-                Some(self.const_str("", span))
-            }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
             // stap defines both through `cmdline_args(n, m, delim)`.
             "cmdline_str" | "cmdline_arg" => {
