@@ -83,6 +83,7 @@ pub fn run(
         suppress_errors: args.suppress_handler_errors,
         quiet_errors: args.suppress_handler_errors,
         verbose: args.verbose > 0,
+        stdin_input: true,
     };
     let run_host = |probe: usize, rt: &mut HostRuntime| -> Result<(), RuntimeError> {
         host.run_probe(probe, rt)
@@ -133,7 +134,7 @@ fn http_settings(
     let procfs = module
         .probes
         .iter()
-        .find(|p| matches!(p.kind, ir::ProbeKind::Procfs { .. }));
+        .find(|p| matches!(p.kind, ir::ProbeKind::Procfs { .. }) && !p.kind.is_stdin_input());
     let Some(text) = &args.http else {
         return match procfs {
             None => Ok(None),

@@ -127,14 +127,34 @@ impl Session {
     /// Starts `stap-rs -v -T SECONDS ARGS...`: for tests that end the
     /// session themselves and may need longer in a slow (TCG) guest.
     fn start_for(seconds: u32, args: &[&str]) -> Session {
+        Session::spawn(seconds, args, None)
+    }
+
+    /// [`Session::start`] with `input` on stap-rs's stdin, then end of
+    /// input (for `input.char`/`input.line`).
+    fn start_with_input(args: &[&str], input: &str) -> Session {
+        Session::spawn(20, args, Some(input.as_bytes().to_vec()))
+    }
+
+    fn spawn(seconds: u32, args: &[&str], input: Option<Vec<u8>>) -> Session {
         let mut child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
             .args(["-v", "-T", &seconds.to_string()])
             .args(args)
-            .stdin(Stdio::null())
+            .stdin(match input {
+                Some(_) => Stdio::piped(),
+                None => Stdio::null(),
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting stap-rs");
+        if let (Some(input), Some(mut pipe)) = (input, child.stdin.take()) {
+            // Dropping the pipe after the write is the end of input.
+            thread::spawn(move || {
+                use std::io::Write;
+                let _ = pipe.write_all(&input);
+            });
+        }
         let mut out = child.stdout.take().expect("piped stdout");
         let stdout = thread::spawn(move || {
             let mut text = String::new();

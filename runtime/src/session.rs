@@ -88,6 +88,9 @@ pub struct Settings {
     pub http: Option<HttpSettings>,
     /// `--format`: stap's text or JSON lines.
     pub format: Format,
+    /// Feed stdin to `input.char`/`input.line` (`procfs("__stdin").write`)
+    /// probes; off in the interactive session, whose stdin is the prompt.
+    pub stdin_input: bool,
 }
 
 /// The two compiled halves of one script.
@@ -483,6 +486,7 @@ static LIVE_SETTINGS: Settings = Settings {
     verbose: false,
     http: None,
     format: Format::Text,
+    stdin_input: false,
 };
 
 /// One ring buffer and the module its records are decoded with.
@@ -768,7 +772,14 @@ impl Session<'_> {
         const SIGNALS: usize = 0;
         const COMMAND: usize = 1;
         const HTTP: usize = 2;
-        const RINGS: usize = 3;
+        const STDIN: usize = 3;
+        const RINGS: usize = 4;
+        let stdin_probes = match self.settings.stdin_input {
+            true => procfs::stdin_probes(self.compiled.module),
+            false => Vec::new(),
+        };
+        let mut stdin_open = !stdin_probes.is_empty();
+        let stdin = io::stdin();
         let timers_at = RINGS + self.feeds.len();
         if let Some(deadline) = deadline {
             // Enforced by the signal watcher too, should a handler or a
@@ -780,6 +791,7 @@ impl Session<'_> {
                 poll_entry(Some(signals.fd())),
                 poll_entry(command.as_ref().map(|c| c.exit_fd())),
                 poll_entry(self.http.as_ref().map(|h| h.wake_fd())),
+                poll_entry(stdin_open.then(|| stdin.as_fd())),
             ];
             fds.extend(self.feeds.iter().map(|f| poll_entry(Some(f.fd.as_fd()))));
             fds.extend(timers.iter().map(|t| poll_entry(Some(t.fd()))));
@@ -826,6 +838,9 @@ impl Session<'_> {
             }
             if fds[HTTP].revents != 0 {
                 self.serve_http();
+            }
+            if fds[STDIN].revents != 0 && !self.ending {
+                stdin_open = self.feed_stdin(&stdin_probes);
             }
             if fds[SIGNALS].revents != 0 && signals.take().is_some() {
                 self.ending = true;

@@ -483,3 +483,68 @@ fn argv_holds_the_script_arguments() {
         done.stderr
     );
 }
+
+/// stap's input tapset: the bytes stap-rs reads from its stdin, one
+/// `input.char` hit each and one `input.line` per newline; a last line
+/// without its newline is never a line.
+#[test]
+fn input_char_and_line_see_what_stdin_delivers() {
+    let _one = serial();
+    let script = r#"global chars
+probe input.char { chars .= char == "\n" ? "|" : char }
+probe input.line {
+  printf("line [%s]\n", substr(line, 0, strlen(line) - 1))
+  if (line == "quit\n") exit()
+}
+probe end { printf("chars %s\n", chars) }"#;
+    let done = Session::start_with_input(&["-e", script], "ab c\n\nquit\nnever").finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "line [ab c]\nline []\nline [quit]\nchars ab c||quit|\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// `returnval()` is the probed call's return value: in a tracepoint-backed
+/// `.return` alias (vfs.read.return on this host) and a system call's
+/// exit, it equals the alias's own return variable; in a probe with no
+/// return value it is stap's run-time error.
+#[test]
+fn returnval_is_the_return_value_where_there_is_one() {
+    let _one = serial();
+    let cat = renamed("/bin/cat", "stapRetvalCat");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-returnval.txt");
+    std::fs::write(&file, "seventeen bytes!\n").expect("writing the file to read");
+    let ino = std::fs::metadata(&file).expect("stat").ino();
+    let script = r#"global seen
+probe vfs.read.return { if (execname() == "stapRetvalCat" && ino == INO && bytes_read > 0 && !seen["read"]++) printf("vfs.read.return %d %d\n", returnval(), returnval() == ret) }
+probe syscall.openat.return { if (execname() == "stapRetvalCat" && returnval() >= 0 && !seen["openat"]++) printf("openat.return %d\n", returnval() == retval) }
+probe kernel.trace("sched_process_exit") { if (execname() == "stapRetvalCat") println(returnval()) }"#
+        .replace("INO", &ino.to_string());
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let status = Command::new(&cat)
+        .arg(&file)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("running cat");
+    assert!(status.success(), "cat failed: {status}");
+    let done = session.finish();
+    assert_eq!(done.status.code(), Some(1), "stderr:\n{}", done.stderr);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for expected in ["vfs.read.return 17 1", "openat.return 1"] {
+        assert!(
+            lines.contains(&expected),
+            "no line {expected:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+    assert!(
+        done.stderr
+            .contains("ERROR: returnval() not defined in this context (kernel.trace"),
+        "stderr:\n{}",
+        done.stderr
+    );
+}

@@ -241,6 +241,7 @@ const BUILTINS: &[Builtin] = &[
     kernel_only("long_arg", &[L], LONG, "Argument N of the probed function as a signed long"),
     kernel_only("ulong_arg", &[L], LONG, "Argument N of the probed function as an unsigned long"),
     kernel_only("pointer_arg", &[L], LONG, "Argument N of the probed function as a pointer"),
+    kernel_only("returnval", &[], LONG, "The probed function's return value (in a .return probe or at a system call's exit)"),
     // Symbols and backtraces. Addresses are symbolized on the host.
     both("symname", &[L], STRING, "Symbol name of a kernel address"),
     both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),

@@ -44,6 +44,7 @@ fn builtin_is_pure(name: &str) -> bool {
         "long_arg",
         "ulong_arg",
         "pointer_arg",
+        "returnval",
         "symname",
         "symdata",
         "modname",

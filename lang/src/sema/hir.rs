@@ -291,7 +291,17 @@ pub enum ProbeKind {
     },
 }
 
+/// The procfs file stap's `input.char`/`input.line` tapset writes to: not
+/// served over HTTP, but fed the bytes of stap-rs's own standard input,
+/// one byte a hit, as stap's staprun feeds it.
+pub const STDIN_PROCFS: &str = "__stdin";
+
 impl ProbeKind {
+    /// `procfs("__stdin").write`: runs on each byte read from stdin.
+    pub fn is_stdin_input(&self) -> bool {
+        matches!(self, ProbeKind::Procfs { name, write: true, .. } if name == STDIN_PROCFS)
+    }
+
     /// The family name, as messages say it ("begin probes").
     pub fn family(&self) -> &'static str {
         match self {
@@ -386,6 +396,9 @@ impl ProbeKind {
                 hooknum,
                 priority,
             } => format!("netfilter link (pf {pf}, hook {hooknum}, priority {priority})"),
+            ProbeKind::Procfs { .. } if self.is_stdin_input() => {
+                "stap-rs's standard input, one byte a hit (input.char, input.line)".to_string()
+            }
             ProbeKind::Procfs {
                 name,
                 write,

@@ -32,6 +32,9 @@ pub fn endpoints(module: &ir::Module) -> Vec<Endpoint> {
         else {
             continue;
         };
+        if probe.kind.is_stdin_input() {
+            continue;
+        }
         let at = match endpoints.iter().position(|e| e.name == *name) {
             Some(at) => at,
             None => {
@@ -85,7 +88,54 @@ pub(super) fn start(
     Ok(Some(server))
 }
 
+/// The `procfs("__stdin").write` probes (`input.char`, `input.line`).
+pub(super) fn stdin_probes(module: &ir::Module) -> Vec<usize> {
+    let stdin = module.probes.iter().enumerate();
+    stdin
+        .filter(|(_, p)| p.kind.is_stdin_input())
+        .map(|(i, _)| i)
+        .collect()
+}
+
 impl Session<'_> {
+    /// Reads what stdin has (poll said it is readable) and runs every
+    /// stdin probe once per byte, with the byte as `$value`, as staprun
+    /// feeds stap's `__stdin` file. Returns false at end of input (or a
+    /// read error), after which stdin is no longer polled.
+    pub(super) fn feed_stdin(&mut self, probes: &[usize]) -> bool {
+        let mut buf = [0u8; 4096];
+        // A raw read(2): std's stdin buffers behind poll's back.
+        // SAFETY: `buf` is a live, writable buffer of its length.
+        let n = unsafe { libc::read(libc::STDIN_FILENO, buf.as_mut_ptr().cast(), buf.len()) };
+        let n = match usize::try_from(n) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(_) => {
+                let err = std::io::Error::last_os_error();
+                return matches!(
+                    err.kind(),
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock
+                );
+            }
+        };
+        for &byte in &buf[..n] {
+            for &probe in probes {
+                if self.ending {
+                    return true;
+                }
+                let max = match &self.compiled.module.probes[probe].kind {
+                    ProbeKind::Procfs { maxsize, .. } => maxsize_of(self.compiled.module, *maxsize),
+                    _ => 1,
+                };
+                self.runtime.procfs.start(vec![byte], max.max(1));
+                self.run_host_probe(probe);
+                self.runtime.procfs.take();
+            }
+        }
+        self.flush_output();
+        true
+    }
+
     /// Runs the probe of every waiting HTTP request and answers it.
     pub(super) fn serve_http(&mut self) {
         let calls = match &self.http {

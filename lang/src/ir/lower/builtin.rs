@@ -138,6 +138,7 @@ impl FnLowering<'_, '_> {
             "int_arg" | "uint_arg" | "long_arg" | "ulong_arg" | "pointer_arg" => {
                 self.register_arg(name, args, span)
             }
+            "returnval" => Some(self.return_value(span)),
             "error" => {
                 let message = match args.first() {
                     Some(arg) => self.value(arg),
@@ -263,6 +264,63 @@ impl FnLowering<'_, '_> {
             _ => dst,
         };
         Some(narrowed)
+    }
+
+    /// `returnval()`: stap's guess at the probed function's return value
+    /// from the return register. Here it is exact where there is one: the
+    /// return of a kernel or user function, and the `ret` field of a
+    /// system call's exit event (so it also works in tracepoint-backed
+    /// `.return` aliases such as `vfs.read.return` on this host). Anywhere
+    /// else it is stap's run-time error.
+    fn return_value(&mut self, span: Span) -> Reg {
+        let dst = self.body.reg(ValType::Long);
+        match self.probe_kind {
+            Some(
+                ProbeKind::KernelFunction {
+                    is_return: true, ..
+                }
+                | ProbeKind::Process {
+                    is_return: true, ..
+                },
+            )
+            | None => {
+                // (In a function: it reads whatever probe calls it; the
+                // emitter refuses a probe that has no return value.)
+                self.body.emit(Op::ContextReturn { dst }, span);
+            }
+            Some(ProbeKind::Tracepoint {
+                system,
+                name: event,
+                args: TracepointArgs::Classic(fields),
+            }) if system == "syscalls" && event.starts_with("sys_exit_") => {
+                match fields.iter().find(|f| f.name == "ret") {
+                    Some(f) => self.body.emit(
+                        Op::ContextField {
+                            dst,
+                            offset: f.offset,
+                            size: f.size,
+                            signed: true,
+                        },
+                        span,
+                    ),
+                    None => return self.constant(0, span),
+                }
+            }
+            Some(kind) => {
+                // As stap: a run-time error where there is no return value
+                // (a tapset alias may put the call in a branch of the
+                // alias that never reaches it, so this is no compile error).
+                let message = format!(
+                    "returnval() not defined in this context ({}: only .return probes and system call exits have a return value)",
+                    kind.family()
+                );
+                let message = self.const_str(&message, span);
+                self.body
+                    .terminate(Term::Fail(Failure::Explicit(message)), span);
+                return self.constant(0, span);
+            }
+        }
+        dst
     }
 
     fn long_op(&mut self, op: BinOp, lhs: Reg, rhs: Reg, span: Span) -> Reg {

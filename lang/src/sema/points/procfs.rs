@@ -1,7 +1,8 @@
 //! `procfs("NAME").read`, `procfs("NAME").write`, `procfs.read`/`.write`,
 //! each with an optional `.maxsize(N)`: stap's `/proc/systemtap/MODULE/NAME`
 //! files. stap-rs has no kernel module: the session serves them over HTTP
-//! (`--http`), and their bodies run on the host with `$value`.
+//! (`--http`), and their bodies run on the host with `$value`. The file
+//! `__stdin` (stap's input tapset) is fed from stdin instead.
 
 use super::{Component, ResolvedPoint, number_arg, plain, render};
 use crate::ast::Literal;
@@ -99,6 +100,11 @@ pub(crate) fn duplicates(probes: &[crate::sema::hir::Probe]) -> Vec<Diagnostic> 
         let ProbeKind::Procfs { name, write, .. } = &p.kind else {
             continue;
         };
+        // Every stdin probe sees every byte (input.char and input.line
+        // in one script): there is no answer to share.
+        if p.kind.is_stdin_input() {
+            continue;
+        }
         match seen.iter().find(|(n, w, _)| n == name && w == write) {
             Some((_, _, first)) => out.push(
                 Diagnostic::error(format!(
