@@ -467,3 +467,33 @@ probe kernel.trace("kfree_skb") {
 }"#
     ));
 }
+
+/// A format chosen between literals (`c ? "%x" : ":%x"`, as stap's
+/// tapsets write it) splits into the choice between two calls, each with
+/// a literal format checked against the arguments.
+#[test]
+fn a_format_chosen_between_literals_splits_the_call() {
+    insta::assert_snapshot!(listing(
+        r#"probe begin {
+  i = 1
+  s = sprintf(i == 0 ? "%x" : ":%x", 255)
+  printf(i ? "%s|\n" : i > 1 ? "%s/\n" : "%s-\n", s)
+}"#
+    ));
+}
+
+/// `int_arg(N)` in a system call's return reads the call's argument at its
+/// enter event: an implicit `@entry`.
+#[test]
+fn register_arguments_in_a_syscall_return_are_entry_values() {
+    let helpers = "function return_str:string (f:long, r:long) { return sprintf(\"%d\", r) }\n";
+    let script =
+        "probe nd_syscall.openat.return { println(int_arg(3), @entry(pointer_arg(2)), retstr) }\n";
+    let (_, text) = elaborate_with(
+        script,
+        &[("syscall-helpers.stp", helpers)],
+        &FakeKernel::new(),
+        &ElabOptions::default(),
+    );
+    insta::assert_snapshot!(text);
+}

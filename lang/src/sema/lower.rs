@@ -101,6 +101,47 @@ pub(crate) fn builtin_signature(b: &builtins::Builtin) -> String {
     format!("{}{ret}({})", b.name, params.join(", "))
 }
 
+/// `printf(c ? "%x" : ":%x", v)` (stap's own tapsets write this): a
+/// format chosen between literals becomes the choice between the calls,
+/// `c ? printf("%x", v) : printf(":%x", v)`, so each format is still a
+/// literal checked at pass 2 and runs on either side. The arguments are
+/// evaluated once either way, after the condition, as before.
+fn split_conditional_format(
+    name: &ast::Ident,
+    args: &[ast::Expr],
+    span: Span,
+) -> Option<ast::Expr> {
+    if !matches!(name.node.as_str(), "printf" | "sprintf") {
+        return None;
+    }
+    let (format, rest) = args.split_first()?;
+    let ast::ExprKind::Ternary {
+        cond,
+        then,
+        otherwise,
+    } = &format.kind
+    else {
+        return None;
+    };
+    let with_format = |format: &ast::Expr| ast::Expr {
+        kind: ast::ExprKind::Call {
+            name: name.clone(),
+            args: std::iter::once(format.clone())
+                .chain(rest.iter().cloned())
+                .collect(),
+        },
+        span,
+    };
+    Some(ast::Expr {
+        kind: ast::ExprKind::Ternary {
+            cond: cond.clone(),
+            then: Box::new(with_format(then)),
+            otherwise: Box::new(with_format(otherwise)),
+        },
+        span,
+    })
+}
+
 /// Lowers a function's body; parameters become its first locals.
 pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::Function {
     let entry = &elab.functions[id.0 as usize];
@@ -891,6 +932,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
     }
 
     fn call(&mut self, name: &ast::Ident, args: &[ast::Expr], span: Span) -> Expr {
+        if let Some(split) = split_conditional_format(name, args, span) {
+            return self.expr(&split);
+        }
         let lowered: Vec<Expr> = args.iter().map(|a| self.expr(a)).collect();
         if let Some(function) =
             self.elab
