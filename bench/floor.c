@@ -1,11 +1,13 @@
 // The floor: the cheapest count-by-key tracer we can write by hand, to
 // measure stap-rs's emitter and loader against. Raw BPF instructions written
 // here (not produced by stap-rs), loaded with bpf(2) directly: one hash map,
-// one raw tracepoint program on sys_enter, attached with
+// one raw tracepoint program on sys_enter (or kfree_skb), attached with
 // BPF_RAW_TRACEPOINT_OPEN. Prints READY once attached, then waits for
 // SIGINT/SIGTERM.
-//   floor id    key = syscall id (ctx[1]), like `c[$id]++`
-//   floor comm  key = current comm (16 bytes), like `c[execname()]++`
+//   floor id        key = syscall id (ctx[1]), like `c[$id]++`
+//   floor comm      key = current comm (16 bytes), like `c[execname()]++`
+//   floor location  on kfree_skb, key = the drop location (ctx[1]), like
+//                   `c[$location]++`
 #include <linux/bpf.h>
 #include <signal.h>
 #include <stdio.h>
@@ -42,6 +44,7 @@ static void on_signal(int sig)
 int main(int argc, char **argv)
 {
 	int comm = argc > 1 && strcmp(argv[1], "comm") == 0;
+	int location = argc > 1 && strcmp(argv[1], "location") == 0;
 	int key_size = comm ? 16 : 8;
 	// Key at fp-16 (16 bytes room), value at fp-24.
 	union bpf_attr attr;
@@ -57,7 +60,7 @@ int main(int argc, char **argv)
 	}
 
 	struct bpf_insn key_id[] = {
-		LDX_DW(BPF_REG_1, BPF_REG_1, 8), // ctx[1]: syscall id
+		LDX_DW(BPF_REG_1, BPF_REG_1, 8), // ctx[1]: syscall id or location
 		STX_DW(BPF_REG_10, BPF_REG_1, -16),
 		MOV64_IMM(BPF_REG_1, 0), // pad the insn count to match comm
 	};
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(&attr, 0, sizeof(attr));
-	attr.raw_tracepoint.name = (unsigned long)"sys_enter";
+	attr.raw_tracepoint.name = (unsigned long)(location ? "kfree_skb" : "sys_enter");
 	attr.raw_tracepoint.prog_fd = fd;
 	if (sys_bpf(BPF_RAW_TRACEPOINT_OPEN, &attr) < 0) {
 		perror("BPF_RAW_TRACEPOINT_OPEN");
