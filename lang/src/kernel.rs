@@ -106,6 +106,91 @@ pub struct FunctionProto {
     pub module: Option<String>,
 }
 
+/// The kernel functions the function tracer can hook, as ftrace lists them
+/// (`available_filter_functions`): what fentry, kprobe_multi and a
+/// wildcard's expansion accept. A function BTF names may be absent here
+/// (inlined everywhere, `notrace`, blacklisted), or present only as
+/// compiler clones (`finish_task_switch.isra.0`): those are indexed under
+/// their source name, as stap, reading DWARF, names them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TraceableFunctions {
+    /// Plain symbols (no clone suffix), of vmlinux and modules alike.
+    names: hashbrown::HashSet<String>,
+    /// Source name to its clone symbols, sorted, for vmlinux functions.
+    clones: hashbrown::HashMap<String, Vec<String>>,
+}
+
+impl TraceableFunctions {
+    /// From ftrace's lines, `name` or `name [module]`.
+    pub fn from_lines<'s>(lines: impl IntoIterator<Item = &'s str>) -> TraceableFunctions {
+        let mut out = TraceableFunctions::default();
+        for line in lines {
+            let mut words = line.split_whitespace();
+            let Some(symbol) = words.next() else {
+                continue;
+            };
+            let in_module = words.next().is_some();
+            match clone_source_name(symbol) {
+                Some(source) if !in_module => out
+                    .clones
+                    .entry(source.to_string())
+                    .or_default()
+                    .push(symbol.to_string()),
+                Some(_) => {}
+                None if symbol.contains('.') => {} // `.part.N`, `.cold`: fragments
+                None => {
+                    out.names.insert(symbol.to_string());
+                }
+            }
+        }
+        for symbols in out.clones.values_mut() {
+            symbols.sort();
+            symbols.dedup();
+        }
+        out
+    }
+
+    /// Whether `name` itself can be hooked.
+    pub fn contains(&self, name: &str) -> bool {
+        self.names.contains(name)
+    }
+
+    /// The clone symbols that stand for `name` when it has no symbol of its
+    /// own (empty when it has one, or no clone).
+    pub fn clones_of(&self, name: &str) -> &[String] {
+        if self.names.contains(name) {
+            return &[];
+        }
+        self.clones.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Source names that exist only as clones, for wildcards.
+    pub fn clone_only_names(&self) -> impl Iterator<Item = &str> {
+        self.clones
+            .keys()
+            .filter(|name| !self.names.contains(name.as_str()))
+            .map(String::as_str)
+    }
+}
+
+/// The source name of a compiler clone that is a whole function with the
+/// source's body: `NAME.isra.N`, `NAME.constprop.N` and their combinations
+/// (`NAME.constprop.0.isra.0`). Fragments are not functions of their own:
+/// `NAME.part.N` (a split-off piece), `NAME.cold` (its cold path).
+pub fn clone_source_name(symbol: &str) -> Option<&str> {
+    let (source, suffix) = symbol.split_once('.')?;
+    let mut parts = suffix.split('.');
+    let mut any = false;
+    while let Some(kind) = parts.next() {
+        let number = parts.next()?;
+        if !matches!(kind, "isra" | "constprop") || number.parse::<u32>().is_err() {
+            return None;
+        }
+        any = true;
+    }
+    (any && !source.is_empty()).then_some(source)
+}
+
 /// The probe mechanisms this kernel allows, probed once at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Mechanisms {
@@ -203,6 +288,13 @@ pub trait KernelFacts {
     fn function_names(&self) -> Result<Vec<String>, FactsError>;
 
     fn function(&self, name: &str) -> Result<Option<FunctionProto>, FactsError>;
+
+    /// What the function tracer can hook; `None` when unknown (tracefs
+    /// unreadable, or a kernel without ftrace), and then nothing is
+    /// filtered: the kernel's refusal at attach is the test.
+    fn traceable_functions(&self) -> Option<&TraceableFunctions> {
+        None
+    }
 
     /// Looks up a type by its C spelling: `struct sk_buff`, `union x`,
     /// `enum skb_drop_reason`, `unsigned int`, or a typedef name.
@@ -337,7 +429,7 @@ pub fn member_names(facts: &dyn KernelFacts, ty: TypeId) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{KernelFacts, syscall_abi_name};
+    use super::{KernelFacts, TraceableFunctions, clone_source_name, syscall_abi_name};
     use crate::testing::FakeKernel;
 
     #[test]
@@ -352,5 +444,45 @@ mod tests {
         assert_eq!(k.syscall_name(100_000), None);
         assert_eq!(syscall_abi_name("openat"), None);
         assert_eq!(syscall_abi_name("sendfile64").as_deref(), Some("sendfile"));
+    }
+
+    #[test]
+    fn clones_are_whole_functions_under_their_source_name() {
+        assert_eq!(
+            clone_source_name("finish_task_switch.isra.0"),
+            Some("finish_task_switch")
+        );
+        assert_eq!(clone_source_name("f.constprop.0.isra.0"), Some("f"));
+        assert_eq!(clone_source_name("f.part.0"), None);
+        assert_eq!(clone_source_name("f.cold"), None);
+        assert_eq!(clone_source_name("f.isra.0.cold"), None);
+        assert_eq!(clone_source_name("f.isra"), None);
+        assert_eq!(clone_source_name("plain"), None);
+    }
+
+    #[test]
+    fn traceable_functions_index_clones_only_where_no_plain_symbol_exists() {
+        let t = TraceableFunctions::from_lines([
+            "tcp_sendmsg",
+            "finish_task_switch.isra.0",
+            "both",
+            "both.constprop.0",
+            "two.constprop.1",
+            "two.constprop.0",
+            "frag.part.0",
+            "modclone.isra.0 [nf_tables]",
+            "modfunc [nf_tables]",
+        ]);
+        assert!(t.contains("tcp_sendmsg") && t.contains("modfunc"));
+        assert!(!t.contains("finish_task_switch") && !t.contains("frag"));
+        assert_eq!(
+            t.clones_of("finish_task_switch"),
+            ["finish_task_switch.isra.0"]
+        );
+        assert_eq!(t.clones_of("two"), ["two.constprop.0", "two.constprop.1"]);
+        assert!(t.clones_of("both").is_empty() && t.clones_of("modclone").is_empty());
+        let mut only: Vec<&str> = t.clone_only_names().collect();
+        only.sort();
+        assert_eq!(only, ["finish_task_switch", "two"]);
     }
 }

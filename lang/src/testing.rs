@@ -665,6 +665,8 @@ pub struct FakeKernel {
     functions: Vec<FunctionProto>,
     /// `(binary, prototype)` from [`USER_FUNCTIONS`].
     user_functions: Vec<(String, FunctionProto)>,
+    /// ftrace's list; `None` (unknown) unless a test sets it.
+    traceable: Option<crate::kernel::TraceableFunctions>,
 }
 
 impl Default for FakeKernel {
@@ -709,6 +711,7 @@ impl FakeKernel {
             tracepoints: Vec::new(),
             functions: Vec::new(),
             user_functions: Vec::new(),
+            traceable: None,
         };
         kernel.load_tables();
         kernel
@@ -759,6 +762,15 @@ impl FakeKernel {
         if let Some(value) = value {
             self.config.push((name.to_string(), value.to_string()));
         }
+        self
+    }
+
+    /// The same kernel with ftrace's list of hookable functions: `name`
+    /// or `name [module]` lines, as `available_filter_functions` has them.
+    pub fn with_traceable(mut self, lines: &[&str]) -> Self {
+        self.traceable = Some(crate::kernel::TraceableFunctions::from_lines(
+            lines.iter().copied(),
+        ));
         self
     }
 
@@ -1049,6 +1061,10 @@ impl KernelFacts for FakeKernel {
     fn function(&self, name: &str) -> Result<Option<FunctionProto>, FactsError> {
         self.check()?;
         Ok(self.functions.iter().find(|f| f.name == name).cloned())
+    }
+
+    fn traceable_functions(&self) -> Option<&crate::kernel::TraceableFunctions> {
+        self.traceable.as_ref()
     }
 
     fn find_type(&self, c_name: &str) -> Result<Option<TypeId>, FactsError> {

@@ -6,6 +6,7 @@
 use stap_lang::bpf::{self, AttachKind, MapRole, Object, Options, records, regalloc, samples};
 use stap_lang::diag::render_plain;
 use stap_lang::ir::{self, Module, Op, Reg, Term, ValType};
+use stap_lang::kernel::KernelFacts;
 use stap_lang::source::SourceMap;
 use stap_lang::testing::FakeKernel;
 
@@ -680,7 +681,11 @@ fn listing_kernel_variance_combines_cpus() {
 /// The kprobe programs of a script against the fake 6.18 kernel (fentry
 /// and kprobes), with or without kprobe_multi.
 fn kprobe_programs(script: &str, multi: bool) -> Vec<AttachKind> {
-    let (module, map) = stap_lang::testing::lower_script(script, &FakeKernel::new());
+    kprobe_programs_on(script, multi, &FakeKernel::new())
+}
+
+fn kprobe_programs_on(script: &str, multi: bool, facts: &FakeKernel) -> Vec<AttachKind> {
+    let (module, map) = stap_lang::testing::lower_script(script, facts);
     let mut options = options();
     options.kernel.kprobe_multi = multi;
     let object =
@@ -776,4 +781,58 @@ fn listing_kernel_regex_and_string_loops() {
     );
     assert!(program.stack_bytes <= 512);
     insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+/// A function known only by its compiler clones is probed on each clone
+/// symbol, in a program of its own: a shared program's `ppfunc()` would
+/// name the clone, not the function.
+#[test]
+fn a_function_known_by_its_clones_attaches_to_each_clone() {
+    let mut lines: Vec<String> = FakeKernel::new()
+        .function_names()
+        .expect("names")
+        .into_iter()
+        .filter(|n| n != "tcp_close")
+        .collect();
+    lines.extend([
+        "tcp_close.isra.0".to_string(),
+        "tcp_close.constprop.0".to_string(),
+    ]);
+    let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let facts = FakeKernel::new().with_traceable(&lines);
+    let attach = kprobe_programs_on(
+        r#"global n probe kernel.function("tcp_*") { n++; println(ppfunc()) }"#,
+        true,
+        &facts,
+    );
+    let sets: Vec<&Vec<String>> = attach
+        .iter()
+        .map(|a| match a {
+            AttachKind::Kprobes {
+                functions,
+                multi: true,
+                ..
+            } => functions,
+            other => panic!("a kprobe_multi set: {other:?}"),
+        })
+        .collect();
+    let [first, second] = sets.as_slice() else {
+        panic!("the shared program and the clones' own: {attach:?}");
+    };
+    let (clones, shared) = if first[0].starts_with("tcp_close") {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert!(
+        !shared.iter().any(|f| f.starts_with("tcp_close")),
+        "{shared:?}"
+    );
+    assert_eq!(*clones, &["tcp_close.constprop.0", "tcp_close.isra.0"]);
+    let one = FakeKernel::new().with_traceable(&["tcp_close.isra.0"]);
+    let attach = kprobe_programs_on(r#"probe kernel.function("tcp_close") { }"#, true, &one);
+    assert!(
+        matches!(attach.as_slice(), [AttachKind::Kprobe { function, .. }] if function == "tcp_close.isra.0"),
+        "{attach:?}"
+    );
 }

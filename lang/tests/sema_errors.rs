@@ -398,3 +398,16 @@ fn operators_that_need_headers_or_dwarf() {
         "global a\nprobe begin { x = @const(\"NR_CPUS\"); if ([1, *] in a) { }; y = @var(\"jiffies\", \"kernel\") }"
     ));
 }
+
+/// A function known only by its compiler clone, with no BTF record: its
+/// parameters cannot be read.
+#[test]
+fn parameter_of_a_clone_without_a_prototype() {
+    let facts = FakeKernel::new().with_traceable(&["tcp_sendmsg", "tcp_options_write.isra.0"]);
+    insta::assert_snapshot!(errors_with(
+        "probe kernel.function(\"tcp_options_write\") { println($opts) }",
+        &[],
+        &facts,
+        &ElabOptions::default()
+    ));
+}

@@ -381,7 +381,7 @@ fn kprobe(
     };
     let what = format!("kprobe on {function}");
     let hint = |e: String| {
-        if e.contains("ENOENT") || e.contains("EINVAL") {
+        if e.contains("ENOENT") || e.contains("EINVAL") || e.contains("EADDRNOTAVAIL") {
             format!("{e}; is {function} a traceable (non-inlined, non-notrace) kernel function?")
         } else {
             e
@@ -418,20 +418,10 @@ fn kprobe_set(
     let mut fds = Vec::new();
     if multi {
         set.mechanism = "kprobe_multi";
-        // ftrace lists what fprobe can hook; without the list (tracefs
-        // unreadable) the kernel's refusal is the test.
-        let traceable = traceable_functions();
-        let mut wanted = Vec::new();
-        for function in functions {
-            match &traceable {
-                Some(list) if !list.contains(function.as_str()) => set.skipped.push((
-                    function.clone(),
-                    "not in available_filter_functions (notrace, inlined or blacklisted)"
-                        .to_string(),
-                )),
-                _ => wanted.push(function.as_str()),
-            }
-        }
+        // Pass 2 already left out what ftrace cannot hook (the kernel
+        // facts' traceable functions); what the kernel still refuses is
+        // found by halving.
+        let wanted: Vec<&str> = functions.iter().map(String::as_str).collect();
         kprobe_multi_links(prog, &wanted, is_return, &mut fds, &mut set);
     } else {
         set.mechanism = "kprobes";
@@ -491,19 +481,6 @@ fn kprobe_multi_links(
             kprobe_multi_links(prog, right, is_return, fds, set);
         }
     }
-}
-
-/// The functions ftrace can hook, from tracefs; `None` when unreadable.
-fn traceable_functions() -> Option<std::collections::HashSet<String>> {
-    let tracefs = Tracefs::find().ok()?;
-    let text = fs::read_to_string(tracefs.root().join("available_filter_functions")).ok()?;
-    // "name" or "name [module]"
-    Some(
-        text.lines()
-            .filter_map(|line| line.split_whitespace().next())
-            .map(str::to_string)
-            .collect(),
-    )
 }
 
 /// fentry/fexit: the target was fixed at load time (attach_btf_id).

@@ -148,7 +148,11 @@ fn compile_in(
         let probe_index = *probe_index;
         let probe = &module.probes[probe_index];
         let attach = match &shared[position] {
-            Share::Alone => attach_kind(&probe.kind, options.tracepoint_mechanism),
+            Share::Alone => attach_kind(
+                &probe.kind,
+                options.tracepoint_mechanism,
+                options.kernel.kprobe_multi,
+            ),
             Share::Leader(attach) => Some(attach.clone()),
             Share::Folded => continue,
         };
@@ -233,14 +237,17 @@ fn shared_kprobe_programs(
     handlers: &mut [(usize, Function)],
     multi: bool,
 ) -> Vec<Share> {
+    // A function known by its clones keeps its own program: the shared
+    // one's `ppfunc()` would name the clone's symbol, not the function.
     let kprobe = |index: usize| match &module.probes[index].kind {
         ProbeKind::KernelFunction {
             name,
             is_return,
             module: None,
             mechanism: FunctionMechanism::Kprobe,
+            clones,
             ..
-        } => Some((name.clone(), *is_return)),
+        } if clones.is_empty() => Some((name.clone(), *is_return)),
         _ => None,
     };
     let same_code = |a: &Function, b: &Function| {
@@ -659,7 +666,11 @@ fn global_map(id: GlobalId, global: &Global, max_string_len: u32) -> MapSpec {
     }
 }
 
-fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<AttachKind> {
+fn attach_kind(
+    kind: &ProbeKind,
+    tracepoints: TracepointMechanism,
+    kprobe_multi: bool,
+) -> Option<AttachKind> {
     Some(match kind {
         ProbeKind::Tracepoint { system, name, args } => match args {
             TracepointArgs::Raw(_) if tracepoints == TracepointMechanism::TpBtf => {
@@ -676,6 +687,7 @@ fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<Att
             is_return,
             module,
             mechanism,
+            clones,
             ..
         } => match mechanism {
             FunctionMechanism::Fentry => AttachKind::Fentry {
@@ -683,9 +695,21 @@ fn attach_kind(kind: &ProbeKind, tracepoints: TracepointMechanism) -> Option<Att
                 is_return: *is_return,
                 module: module.clone(),
             },
-            FunctionMechanism::Kprobe => AttachKind::Kprobe {
-                function: name.clone(),
-                is_return: *is_return,
+            // A function known by its clones is probed on each of them.
+            FunctionMechanism::Kprobe => match clones.as_slice() {
+                [] => AttachKind::Kprobe {
+                    function: name.clone(),
+                    is_return: *is_return,
+                },
+                [clone] => AttachKind::Kprobe {
+                    function: clone.clone(),
+                    is_return: *is_return,
+                },
+                clones => AttachKind::Kprobes {
+                    functions: clones.to_vec(),
+                    is_return: *is_return,
+                    multi: kprobe_multi,
+                },
             },
         },
         ProbeKind::Perf {

@@ -332,6 +332,10 @@ impl BodyLowerer<'_, '_> {
                     .at(span, "context variables belong to probes")
                     .note("help: pass the value to the function as a parameter"),
             ),
+            Some(ctx) if ctx.no_prototype.is_some() => Some(
+                Diagnostic::error(ctx.no_prototype.clone().unwrap_or_default())
+                    .at(span, format!("{what} needs the function's BTF prototype")),
+            ),
             Some(ctx) if ctx.no_dwarf.is_some() => Some(
                 Diagnostic::error(ctx.no_dwarf.clone().unwrap_or_default())
                     .at(span, format!("{what} needs the binary's DWARF")),
@@ -367,7 +371,11 @@ impl BodyLowerer<'_, '_> {
             BulkContext::Locals => "$$locals",
             BulkContext::Return => "$$return",
         };
-        if let Some(d) = self.no_context_error(&format!("`{spelled}`"), span) {
+        // A function without a prototype has no parameters to list: its
+        // bulk forms are empty, as stap's are without parameter DWARF.
+        let unknown_parameters = self.ctx.as_ref().is_some_and(|c| c.no_prototype.is_some());
+        if !unknown_parameters && let Some(d) = self.no_context_error(&format!("`{spelled}`"), span)
+        {
             self.error(d);
             return invalid(span);
         }

@@ -128,6 +128,21 @@ pub struct Program {
     /// Every `-D NAME=VALUE`, as given.
     pub defines: Vec<(String, String)>,
     pub needs: MechanismNeeds,
+    /// Wildcard matches the kernel cannot probe, left out (`-v` names them).
+    pub skipped_functions: Vec<SkippedFunctions>,
+}
+
+/// The functions one kernel.function wildcard matched but cannot probe
+/// (inlined away, `notrace`, blacklisted): skipped, never fatal, as stap
+/// skips them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedFunctions {
+    /// The point, as written: `kernel.function("tcp_*").call`.
+    pub point: String,
+    /// How many functions the wildcard matched, the skipped ones included.
+    pub matched: usize,
+    /// Each skipped function, with why.
+    pub skipped: Vec<(String, String)>,
 }
 
 impl Program {
@@ -245,11 +260,15 @@ pub enum ProbeKind {
         args: TracepointArgs,
     },
     KernelFunction {
+        /// The function's source name (what `ppfunc()` gives).
         name: String,
         is_return: bool,
         proto: FunctionProto,
         module: Option<String>,
         mechanism: FunctionMechanism,
+        /// The compiler clones (`NAME.isra.0`) the kprobes go on when the
+        /// function has no symbol of its own; empty otherwise.
+        clones: Vec<String>,
     },
     Perf {
         /// `PERF_TYPE_*`.
@@ -344,14 +363,21 @@ impl ProbeKind {
             ProbeKind::KernelFunction {
                 mechanism,
                 is_return,
+                clones,
                 ..
-            } => match (mechanism, is_return) {
-                (FunctionMechanism::Fentry, false) => "fentry",
-                (FunctionMechanism::Fentry, true) => "fexit",
-                (FunctionMechanism::Kprobe, false) => "kprobe",
-                (FunctionMechanism::Kprobe, true) => "kretprobe",
+            } => {
+                let how = match (mechanism, is_return) {
+                    (FunctionMechanism::Fentry, false) => "fentry",
+                    (FunctionMechanism::Fentry, true) => "fexit",
+                    (FunctionMechanism::Kprobe, false) => "kprobe",
+                    (FunctionMechanism::Kprobe, true) => "kretprobe",
+                };
+                if clones.is_empty() {
+                    how.to_string()
+                } else {
+                    format!("{how} on its compiler clone {}", clones.join(", "))
+                }
             }
-            .to_string(),
             ProbeKind::Perf {
                 perf_type,
                 config,

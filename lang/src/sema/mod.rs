@@ -149,6 +149,7 @@ pub fn elaborate_with(
         limits,
         defines: opts.defines.clone(),
         needs,
+        skipped_functions: dedup(std::mem::take(&mut elab.skipped_functions)),
     };
     let mut diags = diags;
     diags.extend(dedup(concurrency::check(&program)));
@@ -375,9 +376,10 @@ fn needs(probes: &[Probe]) -> MechanismNeeds {
 }
 
 /// A body lowered once per resolved point reports the same error once per
-/// point; keep the first of each.
-fn dedup(diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
-    let mut out: Vec<Diagnostic> = Vec::new();
+/// point (and a point used twice skips the same functions twice); keep the
+/// first of each.
+fn dedup<T: PartialEq>(diags: Vec<T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
     for d in diags {
         if !out.contains(&d) {
             out.push(d);

@@ -75,6 +75,8 @@ pub(crate) struct Elaborator<'a> {
     pub skip_badvars: bool,
     /// -c/-x's program (see `ElabOptions::target_program`).
     pub target_program: Option<String>,
+    /// Wildcard matches left out because the kernel cannot probe them.
+    pub skipped_functions: Vec<hir::SkippedFunctions>,
 }
 
 impl<'a> Elaborator<'a> {
@@ -118,6 +120,7 @@ impl<'a> Elaborator<'a> {
             user_files: Default::default(),
             skip_badvars: false,
             target_program: None,
+            skipped_functions: Vec::new(),
         }
     }
 

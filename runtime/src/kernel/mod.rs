@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::kernel::{
     ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms,
-    Member, Param, Tracepoint, TracepointArgs, TypeId, TypeKind,
+    Member, Param, TraceableFunctions, Tracepoint, TracepointArgs, TypeId, TypeKind,
 };
 
 use crate::btf::{Btf, BtfError, Kind};
@@ -94,6 +94,8 @@ pub struct BtfKernel {
     arch: String,
     config: OnceLock<HashMap<String, String>>,
     features: Features,
+    /// ftrace's hookable functions, read on first use.
+    traceable: OnceLock<Option<TraceableFunctions>>,
 }
 
 impl fmt::Debug for BtfKernel {
@@ -168,6 +170,7 @@ impl BtfKernel {
             arch,
             config: OnceLock::new(),
             features,
+            traceable: OnceLock::new(),
         }
     }
 
@@ -344,6 +347,26 @@ impl KernelFacts for BtfKernel {
         names.sort();
         names.dedup();
         Ok(names)
+    }
+
+    /// Only for the running kernel's own BTF: another kernel's (`--btf`)
+    /// functions are not this tracefs's.
+    fn traceable_functions(&self) -> Option<&TraceableFunctions> {
+        self.traceable
+            .get_or_init(|| {
+                if self.btf_path != Path::new(DEFAULT_VMLINUX) {
+                    return None;
+                }
+                let text = std::fs::read_to_string(
+                    self.tracefs
+                        .as_ref()?
+                        .root()
+                        .join("available_filter_functions"),
+                )
+                .ok()?;
+                Some(TraceableFunctions::from_lines(text.lines()))
+            })
+            .as_ref()
     }
 
     fn function(&self, name: &str) -> Result<Option<FunctionProto>, FactsError> {

@@ -10,9 +10,12 @@ use crate::ast_print::quote_string;
 use crate::diag::Diagnostic;
 use crate::kernel::{FunctionProto, KernelFacts, Mechanism, TypeId, TypeKind};
 use crate::sema::KernelProbes;
-use crate::sema::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind};
+use crate::sema::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, SkippedFunctions};
 use crate::sema::symbols::Elaborator;
 use crate::source::Span;
+
+/// Why a wildcard leaves a function out.
+const UNTRACEABLE: &str = "not in available_filter_functions (notrace, inlined or blacklisted)";
 
 /// The point names, for "did you mean".
 pub(super) const NAMES: &[&str] = &[
@@ -74,25 +77,86 @@ impl<'a> Elaborator<'a> {
             ));
         }
         let facts = self.facts;
-        let names: Vec<String> = if has_wildcard(spec) {
+        let wildcard = has_wildcard(spec);
+        let traceable = facts.traceable_functions();
+        let names: Vec<String> = if wildcard {
             let mut all = facts.function_names().map_err(|e| facts_error(e, span))?;
+            // Functions known only by their clones (`NAME.isra.0`) match
+            // under their source name, as stap's DWARF names them.
+            if module.is_none() {
+                all.extend(
+                    traceable
+                        .iter()
+                        .flat_map(|t| t.clone_only_names().map(str::to_string)),
+                );
+            }
             all.sort();
+            all.dedup();
             all.retain(|n| glob_match(spec, n));
             all
         } else {
             vec![spec.to_string()]
         };
-        let mut protos = Vec::new();
+        let suffix = if is_return { ".return" } else { ".call" };
+        let place = module.as_ref().map_or("kernel.".to_string(), |m| {
+            format!("module({}).", quote_string(m))
+        });
+        let mut skipped = SkippedFunctions {
+            point: format!("{place}function({}){suffix}", quote_string(spec)),
+            matched: names.len(),
+            skipped: Vec::new(),
+        };
+        // Each function with the clone symbols that stand for it.
+        let mut targets: Vec<(FunctionProto, Vec<String>)> = Vec::new();
         for n in &names {
-            if let Some(proto) = facts.function(n).map_err(|e| facts_error(e, span))?
-                && (module.is_none() || proto.module == module)
-            {
-                protos.push(proto);
+            let proto = facts.function(n).map_err(|e| facts_error(e, span))?;
+            let clones = traceable.map_or(Vec::new(), |t| t.clones_of(n).to_vec());
+            let proto = match proto {
+                Some(proto) if module.is_some() && proto.module != module => None,
+                Some(proto) => Some(proto),
+                // No BTF record: a clone's source name still probes it,
+                // without parameters (nothing says where they are).
+                None if module.is_none() && !clones.is_empty() => Some(FunctionProto {
+                    name: n.clone(),
+                    params: Vec::new(),
+                    ret: None,
+                    module: None,
+                }),
+                None => None,
+            };
+            let Some(proto) = proto else {
+                skipped.matched -= 1;
+                continue;
+            };
+            // An explicitly named function is left to the kernel, whose
+            // refusal at attach names it; a wildcard keeps what ftrace
+            // can hook.
+            let hookable = traceable.is_none_or(|t| t.contains(n)) || !clones.is_empty();
+            if wildcard && !hookable {
+                skipped.skipped.push((n.clone(), UNTRACEABLE.to_string()));
+                continue;
             }
+            if !clones.is_empty()
+                && let Err(error) = self.clone_mechanism(n, &clones, is_return, span)
+            {
+                if !wildcard {
+                    return Err(error);
+                }
+                let why = format!(
+                    "only its clone {} exists, and only kprobes reach it",
+                    clones.join(", ")
+                );
+                skipped.skipped.push((n.clone(), why));
+                continue;
+            }
+            targets.push((proto, clones));
         }
-        if protos.is_empty() {
+        if !skipped.skipped.is_empty() {
+            self.skipped_functions.push(skipped);
+        }
+        if targets.is_empty() {
             let all = facts.function_names().unwrap_or_default();
-            let what = if has_wildcard(spec) {
+            let what = if wildcard {
                 "no kernel function matches"
             } else {
                 "unknown kernel function"
@@ -100,15 +164,17 @@ impl<'a> Elaborator<'a> {
             let place = module
                 .as_deref()
                 .map_or(String::new(), |m| format!(" in module `{m}`"));
+            let why = if wildcard && !names.is_empty() {
+                "no match can be probed (none is in ftrace's available_filter_functions)"
+            } else {
+                "not a traceable function of this kernel (no BTF record)"
+            };
             return Err(Diagnostic::error(format!("{what} `{spec}`{place}"))
-                .at(
-                    span,
-                    "not a traceable function of this kernel (no BTF record)",
-                )
+                .at(span, why)
                 .suggest(spec, all.iter().map(String::as_str)));
         }
         let mut mechanism = self.function_mechanism(spec, is_return, span)?;
-        if protos.len() > 1
+        if targets.len() > 1
             && self.kernel_probes == KernelProbes::Auto
             && facts.mechanisms().kprobes
         {
@@ -118,26 +184,34 @@ impl<'a> Elaborator<'a> {
             mechanism = FunctionMechanism::Kprobe;
         }
         let mut out = Vec::new();
-        for proto in protos {
-            let context = function_context(&proto, is_return, mechanism, facts);
-            let resolved = format!(
-                "{}function({}){}",
-                proto
-                    .module
-                    .as_deref()
-                    .map_or("kernel.".to_string(), |m| format!(
-                        "module({}).",
-                        quote_string(m)
-                    )),
-                quote_string(&proto.name),
-                if is_return { ".return" } else { ".call" }
-            );
+        for (proto, clones) in targets {
+            // A clone has no fentry target of its own: kprobes (checked above).
+            let mechanism = if clones.is_empty() {
+                mechanism
+            } else {
+                FunctionMechanism::Kprobe
+            };
+            let mut context = function_context(&proto, is_return, mechanism, facts);
+            if !clones.is_empty() && facts.function(&proto.name).ok().flatten().is_none() {
+                context.no_prototype = Some(format!(
+                    "kernel function `{}` has no BTF record (only its compiler clone {} \
+                     exists), so where its parameters and return value are is unknown",
+                    proto.name,
+                    clones.join(", ")
+                ));
+            }
+            // A kernel.function wildcard also matches module functions.
+            let owner = proto.module.as_ref().map_or("kernel.".to_string(), |m| {
+                format!("module({}).", quote_string(m))
+            });
+            let resolved = format!("{owner}function({}){suffix}", quote_string(&proto.name));
             let kind = ProbeKind::KernelFunction {
                 name: proto.name.clone(),
                 is_return,
                 module: proto.module.clone(),
                 proto,
                 mechanism,
+                clones,
             };
             out.push(with_context(
                 plain(kind, "kernel.function", resolved, span),
@@ -145,6 +219,37 @@ impl<'a> Elaborator<'a> {
             ));
         }
         Ok(out)
+    }
+
+    /// A function that exists only as compiler clones has no BTF record
+    /// under the clones' symbols, hence no fentry trampoline: kprobes
+    /// reach it, by symbol.
+    fn clone_mechanism(
+        &self,
+        name: &str,
+        clones: &[String],
+        is_return: bool,
+        span: Span,
+    ) -> Result<FunctionMechanism, Diagnostic> {
+        let mechanisms = self.facts.mechanisms();
+        if self.kernel_probes != KernelProbes::Fentry && mechanisms.kprobes {
+            return Ok(FunctionMechanism::Kprobe);
+        }
+        let suffix = if is_return { ".return" } else { "" };
+        let why = if self.kernel_probes == KernelProbes::Fentry {
+            "--kernel-probes=fentry".to_string()
+        } else {
+            self.facts
+                .unavailable_reason(Mechanism::Kprobes)
+                .unwrap_or_else(|| "kprobes are not available on this kernel".to_string())
+        };
+        Err(Diagnostic::error(format!(
+            "kernel.function(\"{name}\"){suffix} exists only as its compiler clone {}, \
+             which only kprobes can probe",
+            clones.join(", ")
+        ))
+        .at(span, "needs kprobes")
+        .note(format!("kprobes: {why}")))
     }
 
     /// fentry/fexit or kprobes for a kernel.function probe, as
@@ -263,5 +368,191 @@ fn arg_slots(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
     match facts.kind(ty) {
         TypeKind::Struct { size, .. } if (9..=16).contains(&size) => 2,
         _ => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::diag::render_plain;
+    use crate::kernel::KernelFacts;
+    use crate::parse::parse_file;
+    use crate::preprocess::PreprocessEnv;
+    use crate::sema::{
+        ElabOptions, FunctionMechanism, KernelProbes, ProbeKind, Program, elaborate,
+    };
+    use crate::source::SourceMap;
+    use crate::testing::FakeKernel;
+
+    fn elaborate_script(
+        script: &str,
+        facts: &FakeKernel,
+        kernel_probes: KernelProbes,
+    ) -> Result<Program, String> {
+        let env = PreprocessEnv {
+            kernel: facts.version(),
+            arch: "x86_64".into(),
+            config: &|_| None,
+            args: &[],
+        };
+        let mut map = SourceMap::new();
+        let id = map.add("script.stp", script);
+        let parsed = parse_file(&map, id, &env);
+        let opts = ElabOptions {
+            kernel_probes,
+            ..ElabOptions::default()
+        };
+        let (program, diags) = elaborate(&[parsed.file], &[], facts, &opts);
+        program.ok_or_else(|| render_plain(&map, &diags))
+    }
+
+    fn run(script: &str, facts: &FakeKernel) -> Result<Program, String> {
+        elaborate_script(script, facts, KernelProbes::Auto)
+    }
+
+    /// Every tcp_* function of the fake kernel as ftrace lists it, except
+    /// `missing`, plus `extra` lines.
+    fn tcp_traceable(missing: &[&str], extra: &[&'static str]) -> FakeKernel {
+        let names = FakeKernel::new().function_names().expect("names");
+        let mut lines: Vec<&str> = names
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !missing.contains(n))
+            .collect();
+        lines.extend_from_slice(extra);
+        FakeKernel::new().with_traceable(&lines)
+    }
+
+    fn probed(program: &Program) -> Vec<(String, Vec<String>)> {
+        program
+            .probes
+            .iter()
+            .filter_map(|p| match &p.kind {
+                ProbeKind::KernelFunction { name, clones, .. } => {
+                    Some((name.clone(), clones.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A wildcard leaves out what ftrace cannot hook, and says which: the
+    /// run is not refused for them (para-callgraph.stp over `tcp_*` with
+    /// a handler per function).
+    #[test]
+    fn a_wildcard_skips_functions_the_kernel_cannot_probe_and_counts_them() {
+        let facts = tcp_traceable(&["tcp_close", "tcp_connect"], &[]);
+        let all = run(
+            r#"probe kernel.function("tcp_*").call { print($$parms) }"#,
+            &FakeKernel::new(),
+        )
+        .expect("elaborates");
+        let program = run(
+            r#"probe kernel.function("tcp_*").call { print($$parms) }"#,
+            &facts,
+        )
+        .expect("elaborates");
+        let names: Vec<String> = probed(&program).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names.len(), probed(&all).len() - 2);
+        assert!(!names.iter().any(|n| n == "tcp_close" || n == "tcp_connect"));
+        let [skipped] = program.skipped_functions.as_slice() else {
+            panic!("one skipped set: {:?}", program.skipped_functions);
+        };
+        assert_eq!(skipped.point, r#"kernel.function("tcp_*").call"#);
+        assert_eq!(skipped.matched, names.len() + 2);
+        let which: Vec<&str> = skipped.skipped.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(which, ["tcp_close", "tcp_connect"]);
+        assert!(skipped.skipped[0].1.contains("available_filter_functions"));
+        // Every match unprobeable: the error says why.
+        let none = tcp_traceable(&["tcp_close"], &[]);
+        let error = run(r#"probe kernel.function("tcp_clo*") { }"#, &none).unwrap_err();
+        assert!(error.contains("no match can be probed"), "{error}");
+    }
+
+    /// A named function is left to the kernel (a kprobe may reach a
+    /// `notrace` function), whose refusal at attach names it.
+    #[test]
+    fn a_named_function_is_not_filtered() {
+        let facts = tcp_traceable(&["tcp_close"], &[]);
+        let program = run(r#"probe kernel.function("tcp_close") { }"#, &facts).expect("elaborates");
+        assert_eq!(probed(&program), [("tcp_close".to_string(), vec![])]);
+        assert!(program.skipped_functions.is_empty());
+    }
+
+    /// stap names a function by its source name even when only a compiler
+    /// clone has a symbol: the probe goes on the clone, by kprobe, reading
+    /// the parameters of the function's BTF prototype.
+    #[test]
+    fn a_function_known_by_its_clone_probes_the_clone() {
+        let facts = tcp_traceable(
+            &["tcp_set_state"],
+            &["tcp_set_state.isra.0", "tcp_set_state.part.0"],
+        );
+        let script = r#"probe kernel.function("tcp_set_state") { println($state, ppfunc()) }"#;
+        let program = run(script, &facts).expect("elaborates");
+        assert_eq!(
+            probed(&program),
+            [(
+                "tcp_set_state".to_string(),
+                vec!["tcp_set_state.isra.0".to_string()]
+            )]
+        );
+        let ProbeKind::KernelFunction { mechanism, .. } = &program.probes[0].kind else {
+            unreachable!()
+        };
+        assert_eq!(*mechanism, FunctionMechanism::Kprobe);
+        assert!(
+            program.probes[0]
+                .kind
+                .mechanism()
+                .contains("tcp_set_state.isra.0")
+        );
+        // Once per function in a wildcard, under its source name.
+        let wildcard =
+            run(r#"probe kernel.function("tcp_set_*") { }"#, &facts).expect("elaborates");
+        assert_eq!(probed(&wildcard).len(), 1);
+        // fentry has no target in a clone.
+        let forced = elaborate_script(script, &facts, KernelProbes::Fentry).unwrap_err();
+        assert!(
+            forced.contains("exists only as its compiler clone tcp_set_state.isra.0"),
+            "{forced}"
+        );
+    }
+
+    /// A clone whose function has no BTF record is probed without its
+    /// parameters: `$name` is a clear error, `$$parms` is empty.
+    #[test]
+    fn a_clone_without_a_prototype_has_no_parameters() {
+        let facts = tcp_traceable(
+            &[],
+            &[
+                "tcp_options_write.constprop.0",
+                "tcp_options_write.constprop.1",
+            ],
+        );
+        let program = run(
+            r#"probe kernel.function("tcp_opt*") { print($$parms) }"#,
+            &facts,
+        )
+        .expect("elaborates");
+        assert_eq!(
+            probed(&program),
+            [(
+                "tcp_options_write".to_string(),
+                vec![
+                    "tcp_options_write.constprop.0".to_string(),
+                    "tcp_options_write.constprop.1".to_string()
+                ]
+            )]
+        );
+        let error = run(
+            r#"probe kernel.function("tcp_options_write") { print($opts) }"#,
+            &facts,
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("`tcp_options_write` has no BTF record")
+                && error.contains("needs the function's BTF prototype"),
+            "{error}"
+        );
     }
 }

@@ -49,6 +49,9 @@ pub(crate) struct ProbeContext {
     /// Uprobes: why the binary's DWARF could not give the function's
     /// parameters (no debug info, no such function), for `$var` errors.
     pub no_dwarf: Option<String>,
+    /// Kernel functions known only by their clones' symbols, with no BTF
+    /// record: why `$name` cannot be read (`$$parms` is then empty).
+    pub no_prototype: Option<String>,
     /// Parameters (or `return`) the function has but a uprobe cannot read
     /// from registers, with the reason.
     pub unreadable: Vec<(String, String)>,
