@@ -163,6 +163,26 @@ fn only_the_tapsets_a_script_uses_are_pulled_in() {
     assert!(!stdout(&unused).contains("ip_ntop"), "{}", stdout(&unused));
 }
 
+/// thread_indent keeps a depth per thread in a stdlib global, through a
+/// helper whose key every caller fills with tid(): nothing for the user
+/// to be warned about.
+#[test]
+fn thread_indent_in_a_kernel_probe_draws_no_racy_update_warning() {
+    let out = stap(&[
+        "-p2",
+        "-e",
+        r#"probe kernel.trace("sched_switch") { printf("%s -> x\n", thread_indent(1)) }"#,
+    ]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("__indent_depth"), "{text}");
+    assert!(
+        !stderr(&out).contains("may lose updates"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn defines_and_global_overrides_reach_the_program() {
     let out = stap(&[

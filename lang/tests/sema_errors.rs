@@ -411,3 +411,50 @@ fn parameter_of_a_clone_without_a_prototype() {
         &ElabOptions::default()
     ));
 }
+
+/// An element keyed by a parameter that every call fills with `tid()`
+/// belongs to the calling thread, as one keyed by `tid()` does: no racy
+/// update warning (stdlib's `thread_indent` keeps its depth this way).
+/// The same helper called with another key anywhere does warn.
+#[test]
+fn racy_update_warnings_follow_tid_through_parameters() {
+    let helper = "global depth\n\
+                  function level(key, delta) { d = depth[key]; depth[key] = d + delta; return d }\n\
+                  function mine(delta) { return level(tid(), delta) }\n";
+    let per_thread =
+        format!("{helper}probe kernel.function(\"tcp_sendmsg\") {{ println(mine(1)) }}");
+    let facts = FakeKernel::new();
+    let opts = ElabOptions::default();
+    let quiet = common::elaborate_text(&per_thread, &[], &facts, &opts);
+    assert!(quiet.program.is_some());
+    assert!(quiet.diags.is_empty(), "{}", quiet.rendered());
+    let shared = format!(
+        "{helper}probe kernel.function(\"tcp_sendmsg\") {{ println(mine(1)) }}\n\
+         probe kernel.function(\"tcp_close\") {{ println(level(-1, 1)) }}"
+    );
+    let warned = common::elaborate_text(&shared, &[], &facts, &opts);
+    assert!(warned.program.is_some());
+    insta::assert_snapshot!(warned.rendered());
+}
+
+/// An alias over a function known only by its clone, with no prototype:
+/// its code reading a parameter is an error only where the script uses
+/// what it computes (stdlib's `scheduler.cpu_on` and its `task_prev`).
+#[test]
+fn an_alias_reading_a_parameter_of_a_clone_errs_only_when_used() {
+    let facts = FakeKernel::new().with_traceable(&["tcp_sendmsg", "finish_task_switch.isra.0"]);
+    let tapset = (
+        "sched.stp",
+        "probe sched.on = kernel.function(\"finish_task_switch\") { prev = $prev; idle = pid() == 0 }",
+    );
+    let opts = ElabOptions::default();
+    let unused =
+        common::elaborate_text("probe sched.on { println(idle) }", &[tapset], &facts, &opts);
+    assert!(unused.program.is_some(), "{}", unused.rendered());
+    insta::assert_snapshot!(errors_with(
+        "probe sched.on { println(prev) }",
+        &[tapset],
+        &facts,
+        &opts
+    ));
+}

@@ -125,7 +125,8 @@ impl std::error::Error for AttachError {}
 /// far is detached again.
 pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError> {
     let mut attached = Attached::default();
-    for (index, (program, fd)) in object.programs.iter().zip(&loaded.programs).enumerate() {
+    for index in attach_order(object) {
+        let (program, fd) = (&object.programs[index], &loaded.programs[index]);
         let error = |reason: String| AttachError {
             program: index,
             probe: program.attach.point_text(),
@@ -164,7 +165,29 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             kprobe_link,
         });
     }
+    attached.function_sets.reverse(); // back in script order, for `-v`
     Ok(attached)
+}
+
+/// The order programs are attached in: kprobe programs last, in reverse.
+/// The kernel runs the handlers on one function's entry newest first (a
+/// kprobe joins the head of its address's list, an fprobe the head of
+/// ftrace's), and the return handlers in the reverse of their entries
+/// (each entry pushes its return on the thread's stack). Attached in
+/// reverse, probes on one function run in script order at its entry and
+/// in reverse at its return, nested as stap's do: para-callgraph.stp's
+/// trigger probe encloses the trigger function's own traced call.
+fn attach_order(object: &Object) -> Vec<usize> {
+    let is_kprobe = |i: &usize| {
+        matches!(
+            object.programs[*i].attach,
+            AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. }
+        )
+    };
+    let all = 0..object.programs.len();
+    let mut order: Vec<usize> = all.clone().filter(|i| !is_kprobe(i)).collect();
+    order.extend(all.rev().filter(is_kprobe));
+    order
 }
 
 /// Attaches one loaded program; closing the returned fds detaches it.

@@ -15,13 +15,15 @@
 //! Any other write to a global that the same handler has read (or reads in
 //! the value it writes) can lose a concurrent update: [`check`] warns at
 //! it, so nothing is lost silently. Elements keyed by `tid()` are exempt:
-//! one thread runs one handler at a time.
+//! one thread runs one handler at a time. So are elements keyed by a
+//! function parameter that every call fills with `tid()` (a helper such as
+//! the stdlib's `__indent_level(tid(), delta)` behind `thread_indent`).
 
 use hashbrown::HashSet;
 
 use super::hir::{
-    AccessBase, AccessStep, Block, Delete, Expr, ExprKind, GlobalId, Placement, Program, Stmt,
-    StmtKind, Type,
+    AccessBase, AccessStep, Block, Delete, Expr, ExprKind, FunctionId, GlobalId, Placement,
+    Program, Stmt, StmtKind, Type,
 };
 use crate::ast::{AssignOp, BinaryOp, UnaryOp};
 use crate::diag::Diagnostic;
@@ -135,32 +137,70 @@ pub fn test_and_set<'a>(cond: &'a Expr, then: &'a Stmt) -> Option<TestAndSet<'a>
 /// The warnings: every write in kernel code that may lose a concurrent
 /// update, once per written global and handler or function.
 pub fn check(program: &Program) -> Vec<Diagnostic> {
-    let mut checker = Checker {
-        program,
-        read: HashSet::new(),
-        warned: HashSet::new(),
-        diags: Vec::new(),
-    };
-    for probe in &program.probes {
-        if probe.placement != Placement::Kernel {
-            continue;
-        }
-        checker.read.clear();
-        checker.warned.clear();
-        if let Some(c) = &probe.condition {
-            checker.expr(c, true);
-        }
-        checker.block(&probe.body);
-    }
-    for function in &program.functions {
-        if !function.runs_on.kernel {
-            continue;
-        }
-        checker.read.clear();
-        checker.warned.clear();
-        checker.block(&function.body);
-    }
+    // First the call sites, to learn which parameters always hold tid().
+    let mut survey = Checker::new(program, HashSet::new());
+    survey.visit_all();
+    let per_thread = per_thread_parameters(program, &survey.calls, &survey.assigned);
+    let mut checker = Checker::new(program, per_thread);
+    checker.visit_all();
     checker.diags
+}
+
+/// What one argument of a call site is, for [`per_thread_parameters`].
+#[derive(Clone, Copy, PartialEq)]
+enum Arg {
+    Tid,
+    /// A parameter of the calling function.
+    Param(usize),
+    Other,
+}
+
+/// One call in kernel code: who calls (`None`: a probe handler), whom, with
+/// what.
+struct CallSite {
+    caller: Option<FunctionId>,
+    callee: FunctionId,
+    args: Vec<Arg>,
+}
+
+/// The parameters that hold `tid()` in every run: every call passes
+/// `tid()` or such a parameter of its own, and the body never assigns it.
+/// An element keyed by one belongs to the calling thread, as one keyed by
+/// `tid()` itself does (`thread_indent`'s depth, kept by a helper). The
+/// greatest fixpoint, so recursion through such a parameter keeps it.
+fn per_thread_parameters(
+    program: &Program,
+    calls: &[CallSite],
+    assigned: &HashSet<(FunctionId, usize)>,
+) -> HashSet<(FunctionId, usize)> {
+    let mut set: HashSet<(FunctionId, usize)> = HashSet::new();
+    for call in calls {
+        for index in 0..call.args.len() {
+            if !assigned.contains(&(call.callee, index)) {
+                set.insert((call.callee, index));
+            }
+        }
+    }
+    loop {
+        let before = set.len();
+        for call in calls {
+            for (index, arg) in call.args.iter().enumerate() {
+                let per_thread = match (arg, call.caller) {
+                    (Arg::Tid, _) => true,
+                    (Arg::Param(p), Some(caller)) => set.contains(&(caller, *p)),
+                    _ => false,
+                };
+                if !per_thread {
+                    set.remove(&(call.callee, index));
+                }
+            }
+        }
+        if set.len() == before {
+            break;
+        }
+    }
+    set.retain(|(f, i)| *i < program.function(*f).param_count);
+    set
 }
 
 struct Checker<'p> {
@@ -169,9 +209,95 @@ struct Checker<'p> {
     read: HashSet<GlobalId>,
     warned: HashSet<GlobalId>,
     diags: Vec<Diagnostic>,
+    /// The function being checked; `None` in a probe handler.
+    current: Option<FunctionId>,
+    /// Parameters known to hold `tid()` (see [`per_thread_parameters`]).
+    per_thread: HashSet<(FunctionId, usize)>,
+    /// Every call in kernel code, and every parameter its function assigns.
+    calls: Vec<CallSite>,
+    assigned: HashSet<(FunctionId, usize)>,
 }
 
-impl Checker<'_> {
+impl<'p> Checker<'p> {
+    fn new(program: &'p Program, per_thread: HashSet<(FunctionId, usize)>) -> Checker<'p> {
+        Checker {
+            program,
+            read: HashSet::new(),
+            warned: HashSet::new(),
+            diags: Vec::new(),
+            current: None,
+            per_thread,
+            calls: Vec::new(),
+            assigned: HashSet::new(),
+        }
+    }
+
+    /// Every kernel probe handler, then every kernel function.
+    fn visit_all(&mut self) {
+        let program = self.program;
+        for probe in &program.probes {
+            if probe.placement != Placement::Kernel {
+                continue;
+            }
+            self.read.clear();
+            self.warned.clear();
+            self.current = None;
+            if let Some(c) = &probe.condition {
+                self.expr(c, true);
+            }
+            self.block(&probe.body);
+        }
+        for (index, function) in program.functions.iter().enumerate() {
+            if !function.runs_on.kernel {
+                continue;
+            }
+            self.read.clear();
+            self.warned.clear();
+            self.current = Some(FunctionId(index as u32));
+            self.block(&function.body);
+        }
+    }
+
+    /// Whether key `e` names the running thread: `tid()`, or a parameter
+    /// that always holds it.
+    fn is_tid(&self, e: &Expr) -> bool {
+        match &e.kind {
+            ExprKind::Local(local) => self
+                .current
+                .is_some_and(|f| self.per_thread.contains(&(f, local.0 as usize))),
+            _ => is_tid(e),
+        }
+    }
+
+    /// The survey's record of a call.
+    fn call(&mut self, callee: FunctionId, args: &[Expr]) {
+        let params = self
+            .current
+            .map_or(0, |f| self.program.function(f).param_count);
+        let args = args
+            .iter()
+            .map(|a| match &a.kind {
+                _ if is_tid(a) => Arg::Tid,
+                ExprKind::Local(local) if (local.0 as usize) < params => {
+                    Arg::Param(local.0 as usize)
+                }
+                _ => Arg::Other,
+            })
+            .collect();
+        self.calls.push(CallSite {
+            caller: self.current,
+            callee,
+            args,
+        });
+    }
+
+    /// The survey's record of an assignment to a local.
+    fn assigns(&mut self, target: &Expr) {
+        if let (ExprKind::Local(local), Some(f)) = (&target.kind, self.current) {
+            self.assigned.insert((f, local.0 as usize));
+        }
+    }
+
     fn block(&mut self, b: &Block) {
         for s in &b.stmts {
             self.stmt(s);
@@ -268,6 +394,7 @@ impl Checker<'_> {
                 self.read.insert(*global);
             }
             ExprKind::Assign { op, target, value } => {
+                self.assigns(target);
                 let atomic = match op {
                     AssignOp::Aggregate => true,
                     AssignOp::Set => match (want, add_form(target, value)) {
@@ -292,6 +419,7 @@ impl Checker<'_> {
                 }
             }
             ExprKind::Crement { target, .. } => {
+                self.assigns(target);
                 self.target_keys(target);
                 if want || target.ty != Type::Long {
                     self.write(target, true);
@@ -315,7 +443,11 @@ impl Checker<'_> {
                     }
                 }
             }
-            ExprKind::Call { args, .. } | ExprKind::Builtin { args, .. } => self.exprs(args),
+            ExprKind::Call { function, args } => {
+                self.call(*function, args);
+                self.exprs(args)
+            }
+            ExprKind::Builtin { args, .. } => self.exprs(args),
             ExprKind::Entry(inner) | ExprKind::Unary { operand: inner, .. } => {
                 self.expr(inner, true)
             }
@@ -365,7 +497,7 @@ impl Checker<'_> {
             return;
         };
         if let ExprKind::Index { keys, .. } = &target.kind
-            && keys.iter().any(is_tid)
+            && keys.iter().any(|k| self.is_tid(k))
         {
             return;
         }

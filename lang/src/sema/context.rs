@@ -427,7 +427,16 @@ impl BodyLowerer<'_, '_> {
     fn context_var(&mut self, name: &str, span: Span) -> Option<ContextVar> {
         let spelled = format!("`${name}`");
         if let Some(d) = self.no_context_error(&spelled, span) {
-            self.error(d);
+            // A parameter of a function probed without its prototype, read
+            // by an alias's code: an error only if the value is used
+            // (`scheduler.cpu_on`'s `task_prev` where only its clone
+            // `finish_task_switch.isra.0` is known).
+            let unknown_parameter = self.ctx.as_ref().is_some_and(|c| c.no_prototype.is_some());
+            if self.in_alias_code && unknown_parameter {
+                self.elab.alias_errors.push((span, d));
+            } else {
+                self.error(d);
+            }
             return None;
         }
         let ctx = self.ctx.as_ref()?;

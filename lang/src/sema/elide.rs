@@ -130,7 +130,10 @@ impl Purity<'_> {
             }
             ExprKind::Crement { target, .. } => locals_ok && local_target(target),
             // Sets the state `matched()` reads.
-            ExprKind::Regex { .. } | ExprKind::Invalid => false,
+            ExprKind::Regex { .. } => false,
+            // Its error fails the run, unless it is an alias-code error
+            // that counts only where the code is kept (`alias_errors`).
+            ExprKind::Invalid => true,
             _ => true,
         }
     }
@@ -284,4 +287,29 @@ fn elide_stmt(
         }
         _ => false,
     }
+}
+
+/// The alias-code errors whose expression elision kept: those count.
+pub(crate) fn surviving_alias_errors(
+    probes: &mut [Probe],
+    pending: Vec<(crate::source::Span, crate::diag::Diagnostic)>,
+) -> Vec<crate::diag::Diagnostic> {
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let mut kept = Vec::new();
+    for probe in probes {
+        walk::block(&mut probe.body, &mut |node| {
+            if let Node::Expr(e) = node
+                && matches!(e.kind, ExprKind::Invalid)
+            {
+                kept.push(e.span);
+            }
+        });
+    }
+    pending
+        .into_iter()
+        .filter(|(span, _)| kept.contains(span))
+        .map(|(_, d)| d)
+        .collect()
 }

@@ -32,6 +32,8 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     slices: u32,
     /// Lowering the operand of `@entry(...)`.
     in_entry: bool,
+    /// Lowering an alias's prologue or epilogue (tapset code).
+    pub(crate) in_alias_code: bool,
 }
 
 fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
@@ -205,13 +207,17 @@ pub(crate) fn lower_probe(
     } else {
         // Each part keeps its own block, so spans and the listing show
         // where the alias code ends and the user's begins.
+        lowerer.in_alias_code = true;
         for prologue in &point.prologues {
             stmts.push(block_stmt(lowerer.block(prologue)));
         }
+        lowerer.in_alias_code = false;
         stmts.push(block_stmt(lowerer.block(body)));
+        lowerer.in_alias_code = true;
         for epilogue in &point.epilogues {
             stmts.push(block_stmt(lowerer.block(epilogue)));
         }
+        lowerer.in_alias_code = false;
     }
     if point.oneshot {
         let exit = expr(
@@ -327,6 +333,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             first_read: Vec::new(),
             ctx,
             in_function: false,
+            in_alias_code: false,
             raw_arg_use: None,
             classic_field_use: None,
             slices: 0,
@@ -892,9 +899,11 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
 
     fn is_defined(&mut self, e: &ast::Expr) -> bool {
         let before = self.elab.diags.len();
+        let before_alias = self.elab.alias_errors.len();
         let lowered = self.expr(e);
         let defined = self.elab.diags.len() == before && !matches!(lowered.kind, ExprKind::Invalid);
         self.elab.diags.truncate(before);
+        self.elab.alias_errors.truncate(before_alias);
         defined
     }
 

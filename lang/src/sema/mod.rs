@@ -104,6 +104,9 @@ pub fn elaborate_with(
     let lowered: Vec<Option<&Function>> =
         elab.functions.iter().map(|f| f.lowered.as_ref()).collect();
     elide::unused_alias_assignments(&mut probes, &lowered);
+    let pending = std::mem::take(&mut elab.alias_errors);
+    let kept = elide::surviving_alias_errors(&mut probes, pending);
+    elab.diags.extend(kept);
     let mut functions = keep_reachable(&mut elab, &mut probes);
     let referenced: Vec<bool> = elab.globals.iter().map(|g| g.referenced).collect();
     for g in elab
@@ -163,11 +166,18 @@ fn resolve_and_lower(elab: &mut Elaborator<'_>) -> Vec<Probe> {
     let mut probes = Vec::new();
     loop {
         if !elab.pending_probes.is_empty() {
+            // Every point first: whether a function is probed by kprobes
+            // anywhere decides how its other probes attach.
+            let mut resolved = Vec::new();
             for pending in std::mem::take(&mut elab.pending_probes) {
                 let probe = pending.ast;
                 for point in elab.resolve_probe_points(&probe.points) {
-                    probes.push(lower::lower_probe(elab, point, &probe.body, probe.span));
+                    resolved.push((probe, point));
                 }
+            }
+            elab.one_mechanism_per_function(resolved.iter_mut().map(|(_, point)| point));
+            for (probe, point) in resolved {
+                probes.push(lower::lower_probe(elab, point, &probe.body, probe.span));
             }
             continue;
         }

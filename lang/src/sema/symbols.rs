@@ -77,6 +77,9 @@ pub(crate) struct Elaborator<'a> {
     pub target_program: Option<String>,
     /// Wildcard matches left out because the kernel cannot probe them.
     pub skipped_functions: Vec<hir::SkippedFunctions>,
+    /// Errors in alias code that count only if the code survives elision
+    /// (`sema::elide`): where the invalid expression is, and the error.
+    pub alias_errors: Vec<(crate::source::Span, Diagnostic)>,
 }
 
 impl<'a> Elaborator<'a> {
@@ -121,6 +124,7 @@ impl<'a> Elaborator<'a> {
             skip_badvars: false,
             target_program: None,
             skipped_functions: Vec::new(),
+            alias_errors: Vec::new(),
         }
     }
 

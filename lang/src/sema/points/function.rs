@@ -221,6 +221,55 @@ impl<'a> Elaborator<'a> {
         Ok(out)
     }
 
+    /// In `auto`, a function that some probe reaches by kprobe (a wildcard,
+    /// a clone) is reached by kprobes in every probe. Mixed, its fentry
+    /// programs would run after every kprobe handler at the entry and
+    /// before every kretprobe handler at the return, so a trigger probe
+    /// (para-callgraph.stp's `$2`) would not enclose the traced calls of
+    /// the trigger function itself. One mechanism keeps stap's order.
+    pub(crate) fn one_mechanism_per_function<'p>(
+        &self,
+        points: impl Iterator<Item = &'p mut ResolvedPoint<'a>>,
+    ) where
+        'a: 'p,
+    {
+        if self.kernel_probes != KernelProbes::Auto || !self.facts.mechanisms().kprobes {
+            return;
+        }
+        let points: Vec<&mut ResolvedPoint<'a>> = points.collect();
+        let by_kprobe: hashbrown::HashSet<(String, Option<String>)> = points
+            .iter()
+            .filter_map(|p| match &p.kind {
+                ProbeKind::KernelFunction {
+                    name,
+                    module,
+                    mechanism: FunctionMechanism::Kprobe,
+                    ..
+                } => Some((name.clone(), module.clone())),
+                _ => None,
+            })
+            .collect();
+        for point in points {
+            let ProbeKind::KernelFunction {
+                name,
+                module,
+                mechanism,
+                proto,
+                is_return,
+                ..
+            } = &mut point.kind
+            else {
+                continue;
+            };
+            if *mechanism == FunctionMechanism::Fentry
+                && by_kprobe.contains(&(name.clone(), module.clone()))
+            {
+                *mechanism = FunctionMechanism::Kprobe;
+                point.context = function_context(proto, *is_return, *mechanism, self.facts);
+            }
+        }
+    }
+
     /// A function that exists only as compiler clones has no BTF record
     /// under the clones' symbols, hence no fentry trampoline: kprobes
     /// reach it, by symbol.
@@ -554,5 +603,29 @@ mod tests {
                 && error.contains("needs the function's BTF prototype"),
             "{error}"
         );
+    }
+
+    /// A function a wildcard reaches by kprobe is reached by kprobes in
+    /// every probe (in `auto`): a trigger on fentry would run after the
+    /// wildcard's kprobe at the entry and before its kretprobe at the
+    /// return, not around them.
+    #[test]
+    fn probes_on_one_function_share_its_mechanism() {
+        let script = r#"probe kernel.function("tcp_sendmsg").return { println($size) }
+                        probe kernel.function("tcp_*").return { println(ppfunc()) }
+                        probe kernel.function("udp_sendmsg") { }"#;
+        let program = run(script, &FakeKernel::new()).expect("elaborates");
+        let mechanism = |name: &str| {
+            program.probes.iter().find_map(|p| match &p.kind {
+                ProbeKind::KernelFunction {
+                    name: n, mechanism, ..
+                } if n == name => Some(*mechanism),
+                _ => None,
+            })
+        };
+        assert_eq!(mechanism("tcp_sendmsg"), Some(FunctionMechanism::Kprobe));
+        assert_eq!(mechanism("udp_sendmsg"), Some(FunctionMechanism::Fentry));
+        // A parameter in a kretprobe is read as at the entry.
+        assert!(program.probes[0].kind.mechanism().contains("kretprobe"));
     }
 }
