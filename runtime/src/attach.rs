@@ -31,6 +31,8 @@ pub struct Attached {
 /// One program attached to many kernel functions.
 #[derive(Debug, Default)]
 pub struct FunctionSet {
+    /// Index into `Object::programs`.
+    pub program: usize,
     /// The probe point, in script syntax.
     pub probe: String,
     /// "kprobe_multi" or "kprobes".
@@ -141,6 +143,7 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
                 let (fds, set) =
                     kprobe_set(fd.as_fd(), functions, *is_return, *multi).map_err(error)?;
                 attached.function_sets.push(FunctionSet {
+                    program: index,
                     probe: program.attach.point_text(),
                     ..set
                 });
@@ -165,28 +168,26 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             kprobe_link,
         });
     }
-    attached.function_sets.reverse(); // back in script order, for `-v`
+    // Back in script order, for `-v`.
+    attached.function_sets.sort_by_key(|set| set.program);
     Ok(attached)
 }
 
-/// The order programs are attached in: kprobe programs last, in reverse.
-/// The kernel runs the handlers on one function's entry newest first (a
-/// kprobe joins the head of its address's list, an fprobe the head of
-/// ftrace's), and the return handlers in the reverse of their entries
-/// (each entry pushes its return on the thread's stack). Attached in
-/// reverse, probes on one function run in script order at its entry and
-/// in reverse at its return, nested as stap's do: para-callgraph.stp's
-/// trigger probe encloses the trigger function's own traced call.
+/// The order programs are attached in. The kernel runs the kprobe
+/// handlers on one function in the order they were attached, at the entry
+/// and at the return alike (measured in the 6.1 and 6.12 guests, per-function
+/// kprobes and kprobe_multi links mixed). Entry programs go on in script
+/// order and return programs in the reverse, so probes on one function
+/// nest as stap's do: para-callgraph.stp's trigger probe encloses the
+/// trigger function's own traced call and return.
 fn attach_order(object: &Object) -> Vec<usize> {
-    let is_kprobe = |i: &usize| {
-        matches!(
-            object.programs[*i].attach,
-            AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. }
-        )
+    let kprobe_return = |i: &usize| match object.programs[*i].attach {
+        AttachKind::Kprobe { is_return, .. } | AttachKind::Kprobes { is_return, .. } => is_return,
+        _ => false,
     };
     let all = 0..object.programs.len();
-    let mut order: Vec<usize> = all.clone().filter(|i| !is_kprobe(i)).collect();
-    order.extend(all.rev().filter(is_kprobe));
+    let mut order: Vec<usize> = all.clone().filter(|i| !kprobe_return(i)).collect();
+    order.extend(all.rev().filter(kprobe_return));
     order
 }
 
