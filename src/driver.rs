@@ -88,17 +88,17 @@ fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
     for point in skipped {
         let count = point.skipped.len();
         if verbose {
-            eprintln!(
+            errln!(
                 "{}: {} of {} matching functions probed, {count} skipped",
                 point.point,
                 point.matched - count,
                 point.matched
             );
             for (function, why) in &point.skipped {
-                eprintln!("  skipped {function}: {why}");
+                errln!("  skipped {function}: {why}");
             }
         } else {
-            eprintln!(
+            errln!(
                 "WARNING: {}: {count} matching functions cannot be probed and are skipped (-v names them)",
                 point.point
             );
