@@ -124,6 +124,28 @@ fn register(name: &str) -> Option<(u32, bool)> {
     Some((offset, high))
 }
 
+/// stap's `register("NAME")`/`u_register("NAME")` (x86_64): the `pt_regs`
+/// offset of the register and its width in bytes: `rax`/`ax`, `rip`/`ip`,
+/// `r8`..`r15`, `orig_rax`, `flags`, `cs`, `ss` are 8 bytes; `eax`..`edi`,
+/// `eip`, `esp`, `ebp` and `r8d`..`r15d` are their low 4.
+pub fn named_register(name: &str) -> Option<(u32, u32)> {
+    let full = match name {
+        "ax" | "bx" | "cx" | "dx" | "si" | "di" | "bp" | "sp" | "ip" => format!("r{name}"),
+        "orig_rax" | "orig_ax" => return Some((120, 8)),
+        "flags" | "eflags" => return Some((144, 8)),
+        "cs" => return Some((136, 8)),
+        "ss" => return Some((160, 8)),
+        _ => name.to_string(),
+    };
+    let four = full.starts_with('e') || (full.starts_with('r') && full.ends_with('d'));
+    let eight = (full.starts_with('r') && !full.ends_with(['w', 'b', 'l', 'd'])) || four;
+    if !eight {
+        return None;
+    }
+    let (offset, high) = register(&full)?;
+    (!high).then_some((offset, if four { 4 } else { 8 }))
+}
+
 /// `pt_regs` offset of `%rip`: a memory operand based on it is relative to
 /// the next instruction, unknown here, unless it names a symbol.
 const RIP: u32 = 128;
@@ -351,6 +373,20 @@ mod tests {
                 high_byte: true
             }
         );
+    }
+
+    #[test]
+    fn registers_by_stap_name() {
+        assert_eq!(named_register("rdi"), Some((112, 8)));
+        assert_eq!(named_register("di"), Some((112, 8)));
+        assert_eq!(named_register("edi"), Some((112, 4)));
+        assert_eq!(named_register("r9"), Some((64, 8)));
+        assert_eq!(named_register("r9d"), Some((64, 4)));
+        assert_eq!(named_register("ip"), Some((128, 8)));
+        assert_eq!(named_register("orig_rax"), Some((120, 8)));
+        assert_eq!(named_register("al"), None);
+        assert_eq!(named_register("r9w"), None);
+        assert_eq!(named_register("xmm0"), None);
     }
 
     #[test]

@@ -183,7 +183,8 @@ fn python_tapset_names_the_returning_function() {
 
 /// The process forms of stap's examples: no path (the -c target's
 /// program), a wildcard function, and `.library("LIB")` (libc's strtol,
-/// which the target's atoi calls on its argument, seen in the target only).
+/// which the target's atoi calls on its argument, seen in the target only);
+/// `register()`/`u_register()` by name at a function's entry.
 #[test]
 fn process_probes_without_a_path_with_wildcards_and_in_a_library() {
     let _one = serial();
@@ -198,13 +199,16 @@ fn process_probes_without_a_path_with_wildcards_and_in_a_library() {
            probe process("{path}").library("libc.so.6").function("strtol") {{
              printf("strtol %s\n", user_string(pointer_arg(1)))
            }}
+           probe process.function("work") {{
+             printf("edi %d rsi %d\n", register("edi"), u_register("rsi") == pointer_arg(2))
+           }}
            probe end {{ printf("w* %d\n", functions) }}"#
     );
     let done = Session::start(&["-c", &format!("{path} 7"), "-e", &script]).finish();
     assert_success(&done);
     // `w*` is `work` alone among the program's functions.
     assert_eq!(
-        done.stdout, "strtol 7\nplain 7\nw* 1\n",
+        done.stdout, "strtol 7\nedi 7 rsi 1\nplain 7\nw* 1\n",
         "stderr:\n{}",
         done.stderr
     );

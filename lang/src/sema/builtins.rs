@@ -242,6 +242,9 @@ const BUILTINS: &[Builtin] = &[
     kernel_only("ulong_arg", &[L], LONG, "Argument N of the probed function as an unsigned long"),
     kernel_only("pointer_arg", &[L], LONG, "Argument N of the probed function as a pointer"),
     kernel_only("returnval", &[], LONG, "The probed function's return value (in a .return probe or at a system call's exit)"),
+    // Named registers of a kprobe's or uprobe's `pt_regs` (x86_64 names).
+    kernel_only("register", &[S], LONG, "The named CPU register at the probe (rax, edi, r8...), signed"),
+    kernel_only("u_register", &[S], LONG, "The named CPU register at the probe, unsigned"),
     // Symbols and backtraces. Addresses are symbolized on the host.
     both("symname", &[L], STRING, "Symbol name of a kernel address"),
     both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),

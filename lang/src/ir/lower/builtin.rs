@@ -139,6 +139,7 @@ impl FnLowering<'_, '_> {
                 self.register_arg(name, args, span)
             }
             "returnval" => Some(self.return_value(span)),
+            "register" | "u_register" => self.named_register(name, args, span),
             "error" => {
                 let message = match args.first() {
                     Some(arg) => self.value(arg),
@@ -321,6 +322,68 @@ impl FnLowering<'_, '_> {
             }
         }
         dst
+    }
+
+    /// `register("rdi")`/`u_register("edi")`: a register of the probe's
+    /// `pt_regs` (kprobes and uprobes); a 4-byte name is sign-extended by
+    /// `register`, zero-extended by `u_register`.
+    fn named_register(&mut self, name: &str, args: &[Expr], span: Span) -> Option<Reg> {
+        let register = match args.first().map(|a| &a.kind) {
+            Some(ExprKind::Str(register)) => register.clone(),
+            _ => {
+                self.m.report(
+                    Diagnostic::error(format!("{name}() needs a constant register name")).at(
+                        args.first().map_or(span, |a| a.span),
+                        "not a string literal",
+                    ),
+                );
+                return Some(self.constant(0, span));
+            }
+        };
+        let Some((offset, bytes)) = crate::sdt::named_register(&register) else {
+            self.m.report(
+                Diagnostic::error(format!("{name}(): no x86_64 register `{register}`"))
+                    .at(args.first().map_or(span, |a| a.span), "unknown register")
+                    .note("the 8-byte names (rax, rdi, rip, r8...) and the 4-byte ones (eax, edi, r8d...) are known"),
+            );
+            return Some(self.constant(0, span));
+        };
+        let has_registers = match self.probe_kind {
+            Some(ProbeKind::Process { .. }) | None => true,
+            Some(ProbeKind::KernelFunction { mechanism, .. }) => {
+                *mechanism == crate::ir::FunctionMechanism::Kprobe
+            }
+            Some(_) => false,
+        };
+        if !has_registers {
+            self.m.report(
+                Diagnostic::error(format!(
+                    "{name}() needs the registers of a kprobe or uprobe (kernel.function probes with --kernel-probes=kprobe, process probes)"
+                ))
+                .at(span, "this probe has no saved registers"),
+            );
+            return Some(self.constant(0, span));
+        }
+        let dst = self.body.reg(ValType::Long);
+        self.body.emit(
+            Op::ContextField {
+                dst,
+                offset,
+                size: 8,
+                signed: false,
+            },
+            span,
+        );
+        if bytes == 8 {
+            return Some(dst);
+        }
+        if name == "register" {
+            let shift = self.constant(32, span);
+            let up = self.long_op(BinOp::Shl, dst, shift, span);
+            return Some(self.long_op(BinOp::Shr, up, shift, span));
+        }
+        let mask = self.constant(0xffff_ffff, span);
+        Some(self.long_op(BinOp::And, dst, mask, span))
     }
 
     fn long_op(&mut self, op: BinOp, lhs: Reg, rhs: Reg, span: Span) -> Reg {
