@@ -1174,14 +1174,15 @@ impl KernelFacts for FakeKernel {
     }
 }
 
-/// Passes 1 to 3 for one script in tests: parses it (as `script.stp`, with
-/// the preprocessor answering from `facts`), elaborates it against `facts`
-/// and lowers it to the IR. Panics with the rendered diagnostics on any
-/// error, so a test states only what it checks.
-pub fn lower_script(
+/// Passes 1 and 2 for one script in tests: parses it (as `script.stp`,
+/// with the preprocessor answering from `facts`) and elaborates it against
+/// `facts` with `options`. Gives the program and its source map, or every
+/// diagnostic rendered, for tests that check either.
+pub fn try_elaborate(
     script: &str,
     facts: &dyn KernelFacts,
-) -> (crate::ir::Module, crate::source::SourceMap) {
+    options: &crate::sema::ElabOptions,
+) -> Result<(crate::sema::Program, crate::source::SourceMap), String> {
     use crate::diag::render_plain;
     let config = |name: &str| facts.config(name);
     let env = crate::preprocess::PreprocessEnv {
@@ -1193,20 +1194,28 @@ pub fn lower_script(
     let mut map = crate::source::SourceMap::new();
     let id = map.add("script.stp", script);
     let parsed = crate::parse::parse_file(&map, id, &env);
-    assert!(
-        parsed.diags.is_empty(),
-        "{}",
-        render_plain(&map, &parsed.diags)
-    );
-    let (program, diags) = crate::sema::elaborate(
-        &[parsed.file],
-        &[],
-        facts,
-        &crate::sema::ElabOptions::default(),
-    );
-    let program = program.unwrap_or_else(|| panic!("{}", render_plain(&map, &diags)));
-    let module =
-        crate::ir::lower::lower(&program).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    if !parsed.diags.is_empty() {
+        return Err(render_plain(&map, &parsed.diags));
+    }
+    let (program, diags) = crate::sema::elaborate(&[parsed.file], &[], facts, options);
+    match program {
+        Some(program) => Ok((program, map)),
+        None => Err(render_plain(&map, &diags)),
+    }
+}
+
+/// Passes 1 to 3 for one script in tests: parses it (as `script.stp`, with
+/// the preprocessor answering from `facts`), elaborates it against `facts`
+/// and lowers it to the IR. Panics with the rendered diagnostics on any
+/// error, so a test states only what it checks.
+pub fn lower_script(
+    script: &str,
+    facts: &dyn KernelFacts,
+) -> (crate::ir::Module, crate::source::SourceMap) {
+    let (program, map) = try_elaborate(script, facts, &crate::sema::ElabOptions::default())
+        .unwrap_or_else(|errors| panic!("{errors}"));
+    let module = crate::ir::lower::lower(&program)
+        .unwrap_or_else(|d| panic!("{}", crate::diag::render_plain(&map, &d)));
     (module, map)
 }
 

@@ -594,26 +594,11 @@ impl FnLowering<'_, '_> {
 mod tests {
     use crate::diag::render_plain;
     use crate::ir::{self, BinOp, Module, Op};
-    use crate::kernel::KernelFacts;
-    use crate::parse::parse_file;
-    use crate::preprocess::PreprocessEnv;
-    use crate::sema::{ElabOptions, elaborate};
-    use crate::source::SourceMap;
-    use crate::testing::FakeKernel;
+    use crate::sema::ElabOptions;
+    use crate::testing::{FakeKernel, try_elaborate};
 
     fn lower(script: &str) -> Result<Module, String> {
-        let facts = FakeKernel::new();
-        let env = PreprocessEnv {
-            kernel: facts.version(),
-            arch: "x86_64".into(),
-            config: &|_| None,
-            args: &[],
-        };
-        let mut map = SourceMap::new();
-        let id = map.add("script.stp", script);
-        let parsed = parse_file(&map, id, &env);
-        let (program, diags) = elaborate(&[parsed.file], &[], &facts, &ElabOptions::default());
-        let program = program.ok_or_else(|| render_plain(&map, &diags))?;
+        let (program, map) = try_elaborate(script, &FakeKernel::new(), &ElabOptions::default())?;
         ir::lower::lower(&program).map_err(|d| render_plain(&map, &d))
     }
 

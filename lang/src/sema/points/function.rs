@@ -422,36 +422,20 @@ fn arg_slots(facts: &dyn KernelFacts, ty: TypeId) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use crate::diag::render_plain;
     use crate::kernel::KernelFacts;
-    use crate::parse::parse_file;
-    use crate::preprocess::PreprocessEnv;
-    use crate::sema::{
-        ElabOptions, FunctionMechanism, KernelProbes, ProbeKind, Program, elaborate,
-    };
-    use crate::source::SourceMap;
-    use crate::testing::FakeKernel;
+    use crate::sema::{ElabOptions, FunctionMechanism, KernelProbes, ProbeKind, Program};
+    use crate::testing::{FakeKernel, try_elaborate};
 
     fn elaborate_script(
         script: &str,
         facts: &FakeKernel,
         kernel_probes: KernelProbes,
     ) -> Result<Program, String> {
-        let env = PreprocessEnv {
-            kernel: facts.version(),
-            arch: "x86_64".into(),
-            config: &|_| None,
-            args: &[],
-        };
-        let mut map = SourceMap::new();
-        let id = map.add("script.stp", script);
-        let parsed = parse_file(&map, id, &env);
         let opts = ElabOptions {
             kernel_probes,
             ..ElabOptions::default()
         };
-        let (program, diags) = elaborate(&[parsed.file], &[], facts, &opts);
-        program.ok_or_else(|| render_plain(&map, &diags))
+        try_elaborate(script, facts, &opts).map(|(program, _)| program)
     }
 
     fn run(script: &str, facts: &FakeKernel) -> Result<Program, String> {

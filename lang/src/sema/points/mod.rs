@@ -473,13 +473,9 @@ impl<'a> Elaborator<'a> {
 #[cfg(test)]
 mod tests {
     use super::glob_match;
-    use crate::diag::render_plain;
     use crate::kernel::{KernelFacts, Mechanisms};
-    use crate::parse::parse_file;
-    use crate::preprocess::PreprocessEnv;
-    use crate::sema::{ElabOptions, FunctionMechanism, KernelProbes, ProbeKind, elaborate};
-    use crate::source::SourceMap;
-    use crate::testing::FakeKernel;
+    use crate::sema::{ElabOptions, FunctionMechanism, KernelProbes, ProbeKind};
+    use crate::testing::{FakeKernel, try_elaborate};
 
     /// The mechanism of the script's first probe, or the rendered errors.
     fn mechanism(
@@ -487,21 +483,11 @@ mod tests {
         facts: &FakeKernel,
         kernel_probes: KernelProbes,
     ) -> Result<FunctionMechanism, String> {
-        let env = PreprocessEnv {
-            kernel: facts.version(),
-            arch: "x86_64".into(),
-            config: &|_| None,
-            args: &[],
-        };
-        let mut map = SourceMap::new();
-        let id = map.add("script.stp", script);
-        let parsed = parse_file(&map, id, &env);
         let opts = ElabOptions {
             kernel_probes,
             ..ElabOptions::default()
         };
-        let (program, diags) = elaborate(&[parsed.file], &[], facts, &opts);
-        let program = program.ok_or_else(|| render_plain(&map, &diags))?;
+        let (program, _) = try_elaborate(script, facts, &opts)?;
         match &program.probes[0].kind {
             ProbeKind::KernelFunction { mechanism, .. } => Ok(*mechanism),
             other => Err(format!("not a kernel.function probe: {other:?}")),
@@ -585,19 +571,7 @@ mod tests {
 
     /// The number of probes the script elaborates to, or the errors.
     fn probe_count(script: &str, facts: &FakeKernel) -> Result<usize, String> {
-        let env = PreprocessEnv {
-            kernel: facts.version(),
-            arch: "x86_64".into(),
-            config: &|_| None,
-            args: &[],
-        };
-        let mut map = SourceMap::new();
-        let id = map.add("script.stp", script);
-        let parsed = parse_file(&map, id, &env);
-        let (program, diags) = elaborate(&[parsed.file], &[], facts, &ElabOptions::default());
-        program
-            .map(|p| p.probes.len())
-            .ok_or_else(|| render_plain(&map, &diags))
+        try_elaborate(script, facts, &ElabOptions::default()).map(|(p, _)| p.probes.len())
     }
 
     /// Without fentry or kprobes, a wildcard over aliases leaves out the
