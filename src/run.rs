@@ -6,7 +6,6 @@
 use crate::cli::{Args, DumpStage};
 use crate::frontend::{self, Failed, emit, fail};
 use crate::out::{errln, out};
-use stap_lang::diag::Diagnostic;
 use stap_lang::pipeline::{Compiled, Next};
 use stap_lang::source::SourceMap;
 use stap_lang::{bpf, ir, sema};
@@ -69,7 +68,7 @@ pub fn run(
 
     check_target_pid(args.target_pid)?;
     crate::privilege::check(&object)?;
-    let http = http_settings(args, &module, map)?;
+    let http = http_settings(args, &module)?;
     let settings = session::Settings {
         http,
         format: match args.format {
@@ -124,32 +123,28 @@ pub fn run(
     Ok(())
 }
 
-/// `--http`: where procfs probes are served. A script with procfs probes
-/// needs it (stap-rs has no /proc files to offer instead).
+/// `--http`: where procfs probes are served. stap makes /proc files for
+/// them, which stap-rs, with no kernel module, cannot; so a script with
+/// procfs probes and no `--http` still runs unmodified, served on a
+/// loopback port the kernel picks, and the address is always printed (the
+/// user cannot guess it).
 fn http_settings(
     args: &Args,
     module: &ir::Module,
-    map: &SourceMap,
 ) -> Result<Option<session::HttpSettings>, Failed> {
     let procfs = module
         .probes
         .iter()
-        .find(|p| matches!(p.kind, ir::ProbeKind::Procfs { .. }) && !p.kind.is_stdin_input());
+        .any(|p| matches!(p.kind, ir::ProbeKind::Procfs { .. }) && !p.kind.is_stdin_input());
     let Some(text) = &args.http else {
-        return match procfs {
-            None => Ok(None),
-            Some(probe) => Err(emit(
-                map,
-                &[Diagnostic::error(
-                    "procfs probes are served over HTTP: run stap-rs with --http [ADDR:]PORT",
-                )
-                .at(probe.span, "a procfs probe")
-                .note("e.g. `--http 9900` serves http://127.0.0.1:9900/NAME (GET runs .read, PUT/POST .write with --http-write)")],
-            )),
-        };
+        return Ok(procfs.then(|| session::HttpSettings {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            allow_write: args.http_write,
+            announce: true,
+        }));
     };
     let addr = stap_runtime::http::parse_addr(text).map_err(|e| fail(format!("--http: {e}")))?;
-    if procfs.is_none() {
+    if !procfs {
         errln!("WARNING: --http {text}: the script has no procfs probes; nothing is served");
         return Ok(None);
     }
