@@ -98,6 +98,16 @@ impl Emitter<'_> {
 
     pub(super) fn map_set(&mut self, global: GlobalId, keys: &[Reg], src: Reg) {
         self.lookup_setup(global, keys);
+        self.value_arg(src);
+        self.push(Insn::mov_imm(R4, 0)); // BPF_ANY
+        self.call(helper::MAP_UPDATE_ELEM);
+        self.overflow_if_failed();
+    }
+
+    /// r3 = the address of `src`'s value, as a map update takes it: a long
+    /// goes through the frame's scratch slot, a string is addressed where
+    /// it lives.
+    fn value_arg(&mut self, src: Reg) {
         match self.function.reg_type(src) {
             ValType::Long => {
                 let s = self.operand(src, R3);
@@ -106,9 +116,6 @@ impl Emitter<'_> {
             }
             ValType::Str => self.str_addr(src, R3),
         }
-        self.push(Insn::mov_imm(R4, 0)); // BPF_ANY
-        self.call(helper::MAP_UPDATE_ELEM);
-        self.overflow_if_failed();
     }
 
     /// After an insert returning 0 or -errno in r0: a failure means the
@@ -137,14 +144,7 @@ impl Emitter<'_> {
         self.call(helper::MAP_LOOKUP_ELEM);
         self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), present);
         self.key_args(global, keys.is_empty());
-        match self.function.reg_type(src) {
-            ValType::Long => {
-                let s = self.operand(src, R3);
-                self.push(Insn::store(DW, FP, FRAME_TMP, s));
-                self.frame_ptr(R3, FRAME_TMP);
-            }
-            ValType::Str => self.str_addr(src, R3),
-        }
+        self.value_arg(src);
         self.push(Insn::mov_imm(R4, 1)); // BPF_NOEXIST
         self.call(helper::MAP_UPDATE_ELEM);
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), inserted);

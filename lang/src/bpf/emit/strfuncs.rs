@@ -100,28 +100,47 @@ impl Emitter<'_> {
         self.set_result(dst, R0);
     }
 
+    /// The literal string in `needle` up to its NUL, or an `unsupported`
+    /// error naming `name`: the needle is compared inline, so it must be
+    /// known at compile time.
+    fn literal_needle(&mut self, name: &str, needle: Reg) -> Option<Vec<u8>> {
+        let Some(text) = self.literal(needle).map(|t| t.as_bytes().to_vec()) else {
+            self.unsupported(format!(
+                "{name}() in a kernel probe with a second argument that is not a literal string"
+            ));
+            return None;
+        };
+        let end = text.iter().position(|b| *b == 0).unwrap_or(text.len());
+        Some(text[..end].to_vec())
+    }
+
+    /// Whether `needle` is short enough for the inline compare; an
+    /// `unsupported` error naming `name` when it is not.
+    fn needle_fits(&mut self, name: &str, needle: &[u8]) -> bool {
+        if needle.len() > MAX_NEEDLE || needle.len() >= self.n as usize - 1 {
+            self.unsupported(format!(
+                "{name}() in a kernel probe with a literal longer than {MAX_NEEDLE} bytes"
+            ));
+            return false;
+        }
+        true
+    }
+
     /// `isinstr(s, needle)` (1 or 0) and `strpos(s, needle)` (the first
     /// offset, or -1) with a literal needle: a `bpf_loop` over the start
     /// positions up to the string's end, the needle's bytes compared
     /// inline; the answer is left in the loop's first slot.
     pub(super) fn find(&mut self, dst: Reg, name: &str, s: Reg, needle: Reg) {
-        let Some(text) = self.literal(needle).map(|t| t.as_bytes().to_vec()) else {
-            self.unsupported(format!(
-                "{name}() in a kernel probe with a second argument that is not a literal string"
-            ));
+        let Some(text) = self.literal_needle(name, needle) else {
             return;
         };
-        let text = text[..text.iter().position(|b| *b == 0).unwrap_or(text.len())].to_vec();
         let strpos = name == "strpos";
         if text.is_empty() {
             self.push(Insn::mov_imm(R0, if strpos { 0 } else { 1 }));
             self.set_result(dst, R0);
             return;
         }
-        if text.len() > MAX_NEEDLE || text.len() >= self.n as usize - 1 {
-            self.unsupported(format!(
-                "{name}() in a kernel probe with a literal longer than {MAX_NEEDLE} bytes"
-            ));
+        if !self.needle_fits(name, &text) {
             return;
         }
         let miss = if strpos { -1 } else { 0 };
@@ -387,22 +406,15 @@ impl Emitter<'_> {
     /// `new` may be any string); the result is cut at MAXSTRINGLEN - 1
     /// bytes as every string is.
     pub(super) fn str_replace(&mut self, dst: Reg, s: Reg, old: Reg, new: Reg) {
-        let Some(text) = self.literal(old).map(|t| t.as_bytes().to_vec()) else {
-            self.unsupported(
-                "str_replace() in a kernel probe with a second argument that is not a literal string",
-            );
+        let Some(needle) = self.literal_needle("str_replace", old) else {
             return;
         };
-        let needle = text[..text.iter().position(|b| *b == 0).unwrap_or(text.len())].to_vec();
         // As stap: nothing to search for leaves the string as it is.
         if needle.is_empty() {
             self.copy_str(dst, s);
             return;
         }
-        if needle.len() > MAX_NEEDLE || needle.len() >= self.n as usize - 1 {
-            self.unsupported(format!(
-                "str_replace() in a kernel probe with a literal longer than {MAX_NEEDLE} bytes"
-            ));
+        if !self.needle_fits("str_replace", &needle) {
             return;
         }
         self.byte_loop(dst, ByteLoop::StrReplace { s, needle, new });

@@ -364,16 +364,7 @@ impl FnLowering<'_, '_> {
             );
             return Some(self.constant(0, span));
         }
-        let dst = self.body.reg(ValType::Long);
-        self.body.emit(
-            Op::ContextField {
-                dst,
-                offset,
-                size: 8,
-                signed: false,
-            },
-            span,
-        );
+        let dst = self.pt_regs(offset, span);
         if bytes == 8 {
             return Some(dst);
         }

@@ -182,8 +182,8 @@ impl FnLowering<'_, '_> {
         }
     }
 
-    /// The 8-byte register at `offset` in a uprobe's `struct pt_regs`.
-    fn pt_regs(&mut self, offset: u32, span: Span) -> Reg {
+    /// The 8-byte register at `offset` in a probe's saved `struct pt_regs`.
+    pub(super) fn pt_regs(&mut self, offset: u32, span: Span) -> Reg {
         let dst = self.body.reg(ValType::Long);
         self.body.emit(
             Op::ContextField {
