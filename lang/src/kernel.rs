@@ -354,6 +354,14 @@ pub trait KernelFacts {
         vec![pattern.to_string()]
     }
 
+    /// The vmlinux BTF id of kernel function `name`, for a kfunc call
+    /// (`pid2task` calls `bpf_task_from_pid`). `None` when this kernel has
+    /// no such function (kfuncs come and go between versions).
+    fn kfunc(&self, name: &str) -> Option<u32> {
+        let _ = name;
+        None
+    }
+
     /// Every system call of the kernel's native ABI as `(number, name)`,
     /// by number. Names are the ABI's (`stat`, `umount2`), as `__NR_NAME`
     /// spells them. Empty when unknown.

@@ -548,3 +548,78 @@ probe kernel.trace("sched_process_exit") { if (execname() == "stapRetvalCat") pr
         done.stderr
     );
 }
+
+/// pid2task (bpf_task_from_pid) finds a process we started by its pid in a
+/// kernel probe: the task family reads it, and the pid forms of the
+/// proc_mem functions and pid2execname agree with /proc. A pid with no
+/// task gives 0 and "".
+#[test]
+fn pid2task_and_the_pid_forms_read_a_process_we_started() {
+    let _one = serial();
+    // Linux 6.1 (a guest) has no bpf_task_from_pid: -p4 says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args([
+            "-p4",
+            "-e",
+            r#"probe kernel.trace("sched_switch") { println(pid2task(1)) }"#,
+        ])
+        .output()
+        .expect("running stap-rs -p4");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(why) = stderr
+        .lines()
+        .find(|l| l.contains("bpf_task_from_pid kfunc"))
+    {
+        eprintln!("stap-rs-skip: {}", why.trim_start_matches("error: "));
+        return;
+    }
+    let sleeper = renamed("/bin/sleep", "stapPidSleep");
+    let mut child = Command::new(&sleeper)
+        .arg("60")
+        .spawn()
+        .expect("starting the sleeper");
+    let pid = child.id();
+    let script = r#"probe kernel.trace("sched_switch") {
+  t = pid2task($1)
+  printf("%d %d %d %s %s\n", t != 0, task_pid(t), task_pid(task_parent(t)), task_execname(t), pid2execname($1))
+  printf("%d %d %d %d %d\n", proc_mem_size($1), proc_mem_rss($1), proc_mem_shr($1), proc_mem_txt($1), proc_mem_data($1))
+  printf("%d [%s] %d\n", pid2task(0x7ffffff0), pid2execname(0x7ffffff0), proc_mem_size(0x7ffffff0))
+  exit()
+}
+probe end { printf("host %s\n", pid2execname($1)) }"#;
+    let pid_arg = pid.to_string();
+    let mut session = Session::start(&["-e", script, &pid_arg]);
+    session.wait_ready();
+    let done = session.finish();
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).expect("reading statm");
+    child.kill().expect("stopping the sleeper");
+    child.wait().expect("reaping the sleeper");
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        4,
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    let ours = std::process::id();
+    assert_eq!(
+        lines[0],
+        format!("1 {pid} {ours} stapPidSleep stapPidSleep"),
+        "stdout:\n{}",
+        done.stdout
+    );
+    let mem: Vec<u64> = lines[1].split(' ').map(|n| n.parse().unwrap()).collect();
+    let statm: Vec<u64> = statm
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    // size is total_vm, as statm's first field; an idle sleep keeps it.
+    assert_eq!(mem[0], statm[0], "proc_mem_size vs statm: {}", lines[1]);
+    let (rss, shr, txt, data) = (mem[1], mem[2], mem[3], mem[4]);
+    assert!(rss > 0 && rss <= mem[0] && shr <= rss, "{}", lines[1]);
+    assert!(txt > 0 && data > 0 && data <= mem[0], "{}", lines[1]);
+    assert_eq!(lines[2], "0 [] 0");
+    assert_eq!(lines[3], "host stapPidSleep");
+}

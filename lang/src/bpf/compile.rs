@@ -150,7 +150,9 @@ fn compile_in(
         let attach = match &shared[position] {
             Share::Alone => attach_kind(
                 &probe.kind,
-                options.tracepoint_mechanism,
+                options
+                    .kernel
+                    .tracepoint_mechanism(probe_index, options.tracepoint_mechanism),
                 options.kernel.kprobe_multi,
             ),
             Share::Leader(attach) => Some(attach.clone()),

@@ -7,7 +7,8 @@
 //! - which context slots of BTF-typed programs (fentry/fexit, tp_btf) hold
 //!   pointers, which must be copied out as numbers (`emit/context.rs`).
 
-use crate::ir::{Module, Op};
+use super::TracepointMechanism;
+use crate::ir::{FuncId, Module, Op};
 use crate::ir::{Placement, ProbeKind};
 use crate::kernel::{self, KernelFacts, TracepointArgs, TypeKind};
 
@@ -22,6 +23,10 @@ pub struct EmitFacts {
     /// The kernel attaches one kprobe program to many functions with one
     /// kprobe_multi link (Linux 5.18+ built with `CONFIG_FPROBE`).
     pub kprobe_multi: bool,
+    /// Per probe (by index): a raw tracepoint probe loaded as tp_btf
+    /// whatever `--tracepoint-mechanism` says, because it calls a kfunc
+    /// (`pid2task`), which the kernel offers to tracing programs only.
+    pub tp_btf_for_kfuncs: Vec<bool>,
 }
 
 impl EmitFacts {
@@ -34,12 +39,63 @@ impl EmitFacts {
                 .map(|probe| pointer_slots(&probe.kind, facts))
                 .collect(),
             kprobe_multi: has_kprobe_multi(facts),
+            tp_btf_for_kfuncs: module
+                .probes
+                .iter()
+                .map(|probe| {
+                    matches!(
+                        probe.kind,
+                        ProbeKind::Tracepoint {
+                            args: TracepointArgs::Raw(_),
+                            ..
+                        }
+                    ) && facts.mechanisms().tp_btf
+                        && reaches_builtin(module, probe.function, KFUNC_BUILTINS)
+                })
+                .collect(),
         }
     }
 
     pub fn pointer_slots(&self, probe: usize) -> u64 {
         self.pointer_slots.get(probe).copied().unwrap_or(u64::MAX)
     }
+
+    /// How raw tracepoint probe `probe` loads: as the command line says,
+    /// or tp_btf when it needs a kfunc.
+    pub fn tracepoint_mechanism(
+        &self,
+        probe: usize,
+        asked: TracepointMechanism,
+    ) -> TracepointMechanism {
+        if self.tp_btf_for_kfuncs.get(probe) == Some(&true) {
+            TracepointMechanism::TpBtf
+        } else {
+            asked
+        }
+    }
+}
+
+/// The built-ins that call kfuncs.
+const KFUNC_BUILTINS: &[&str] = &["pid2task", "pid2execname"];
+
+/// Whether `function` or a function it calls (transitively) calls one of
+/// the built-ins `names`.
+fn reaches_builtin(module: &Module, function: FuncId, names: &[&str]) -> bool {
+    let mut seen = vec![false; module.functions.len()];
+    let mut pending = vec![function];
+    while let Some(id) = pending.pop() {
+        if std::mem::replace(&mut seen[id.0 as usize], true) {
+            continue;
+        }
+        for inst in module.function(id).blocks.iter().flat_map(|b| &b.insts) {
+            match &inst.op {
+                Op::Builtin { name, .. } if names.contains(&name.as_str()) => return true,
+                Op::Call { func, .. } => pending.push(*func),
+                _ => {}
+            }
+        }
+    }
+    false
 }
 
 /// kprobe_multi links need kprobes, fprobe (`CONFIG_FPROBE`, which also
@@ -97,6 +153,18 @@ pub struct TaskLayout {
     pub euid: Option<TaskChain>,
     /// `mm`, then `arg_start` and `arg_end` in it (for `cmdline_args`).
     pub cmdline: Option<CmdlineLayout>,
+    /// The kfuncs that find a task by pid (`pid2task`, `pid2execname`).
+    pub pid_lookup: Option<PidLookup>,
+    /// Offset of `comm` in `task_struct` (`pid2execname`).
+    pub comm: Option<u32>,
+}
+
+/// BTF ids of `bpf_task_from_pid` (takes a reference on the task it finds)
+/// and `bpf_task_release` (drops it): kfuncs of Linux 6.2 and later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidLookup {
+    pub from_pid: u32,
+    pub release: u32,
 }
 
 /// Byte offsets of the process's argument block.
@@ -110,8 +178,8 @@ pub struct CmdlineLayout {
 }
 
 impl TaskLayout {
-    /// The offsets the kernel probes of `module` need; `Default` (none) when
-    /// no kernel probe calls `ppid()` or `euid()`.
+    /// The offsets and kfuncs the kernel probes of `module` need; `Default`
+    /// (none) when no kernel probe calls a built-in that reads them.
     pub fn for_module(module: &Module, facts: &dyn KernelFacts) -> TaskLayout {
         let used = |wanted: &str| {
             module
@@ -131,6 +199,21 @@ impl TaskLayout {
         }
         if used("cmdline_args") {
             layout.cmdline = cmdline(facts);
+        }
+        if used("pid2task") || used("pid2execname") {
+            layout.pid_lookup = facts
+                .kfunc("bpf_task_from_pid")
+                .zip(facts.kfunc("bpf_task_release"))
+                .map(|(from_pid, release)| PidLookup { from_pid, release });
+        }
+        if used("pid2execname") {
+            layout.comm = facts
+                .find_type("struct task_struct")
+                .ok()
+                .flatten()
+                .and_then(|task| kernel::find_member(facts, task, "comm"))
+                .filter(|comm| comm.bit_offset % 8 == 0)
+                .map(|comm| comm.bit_offset / 8);
         }
         layout
     }

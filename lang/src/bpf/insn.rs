@@ -66,6 +66,9 @@ pub const PSEUDO_MAP_VALUE: u8 = 2;
 pub const PSEUDO_FUNC: u8 = 4;
 /// `src_reg` of a call to a function in the same program.
 pub const PSEUDO_CALL: u8 = 1;
+/// A call to a kernel function (`BPF_PSEUDO_KFUNC_CALL`): imm is its
+/// vmlinux BTF id.
+pub const PSEUDO_KFUNC_CALL: u8 = 2;
 
 /// Registers.
 pub const R0: u8 = 0;
@@ -257,6 +260,11 @@ impl Insn {
         Insn::new(JMP | CALL, 0, PSEUDO_CALL, 0, offset)
     }
 
+    /// A kfunc call: `btf_id` is the function's id in vmlinux BTF.
+    pub fn call_kfunc(btf_id: u32) -> Insn {
+        Insn::new(JMP | CALL, 0, PSEUDO_KFUNC_CALL, 0, btf_id as i32)
+    }
+
     pub fn exit() -> Insn {
         Insn::new(JMP | EXIT, 0, 0, 0, 0)
     }
@@ -413,6 +421,9 @@ pub fn disassemble(insns: &[u64], index: usize) -> String {
                         insn.imm,
                         target_fn = index as i64 + 1 + insn.imm as i64
                     )
+                }
+                CALL if insn.src == PSEUDO_KFUNC_CALL => {
+                    format!("call kfunc[btf {}]", insn.imm)
                 }
                 CALL => match helper::name(insn.imm) {
                     Some(name) => format!("call {name}#{}", insn.imm),

@@ -204,7 +204,8 @@ const BUILTINS: &[Builtin] = &[
     both("caller_addr", &[], LONG, "Address in the caller of the probed function (0 in host probes)"),
     both("user_mode", &[], LONG, "1 if the probe fired in user mode, else 0"),
     kernel_only("task_current", &[], LONG, "Address of the current task_struct"),
-    host_only("pid2execname", &[L], STRING, "Name of the process with this pid (\"\" if none)"),
+    both("pid2execname", &[L], STRING, "Name of the task with this pid (\"\" if none)"),
+    kernel_only("pid2task", &[L], LONG, "Address of the task_struct with this pid (0 if none)"),
     kernel_only("addr", &[], LONG, "Address of the probed function in kernel.function and process probes (0 in other kernel probes)"),
     // Time.
     both("gettimeofday_s", &[], LONG, "Seconds since the epoch"),

@@ -505,6 +505,13 @@ impl KernelFacts for BtfKernel {
         crate::sdt::markers(Path::new(path)).map_err(FactsError)
     }
 
+    fn kfunc(&self, name: &str) -> Option<u32> {
+        // Module kfuncs would need the module's BTF fd in the program's
+        // fd_array; the ones stap-rs calls are all in vmlinux.
+        let btf = self.btf.as_deref()?;
+        btf.find_by_name(Kind::Func, name).ok().flatten()
+    }
+
     fn user_paths(&self, pattern: &str) -> Vec<String> {
         crate::sdt::user_paths(pattern)
     }

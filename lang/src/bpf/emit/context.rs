@@ -396,6 +396,41 @@ impl Emitter<'_> {
                 self.call(helper::GET_CURRENT_TASK);
                 long_result(self);
             }
+            "pid2task" => {
+                let Some(pid) = args.first().copied() else {
+                    return;
+                };
+                if self.task_from_pid(name, pid) {
+                    long_result(self);
+                }
+            }
+            "pid2execname" => {
+                let (Some(dst), Some(pid)) = (dst, args.first().copied()) else {
+                    return;
+                };
+                let Some(comm) = self.task.comm else {
+                    self.unsupported(
+                        "pid2execname() in kernel probes (the kernel's BTF lacks task_struct.comm)"
+                            .to_string(),
+                    );
+                    return;
+                };
+                if !self.task_from_pid(name, pid) {
+                    return;
+                }
+                // No task: "" (the zero-filled slot); else its 16-byte comm.
+                let width = self.n.min(16);
+                self.str_addr(dst, R1);
+                self.call_memset(self.n);
+                let done = self.new_label();
+                self.push(Insn::load(DW, R3, FP, FRAME_TMP));
+                self.jump(Insn::jump_imm(insn::JEQ, R3, 0, 0), done);
+                self.push(Insn::alu64_imm(insn::ADD, R3, comm as i32));
+                self.str_addr(dst, R1);
+                self.push(Insn::mov_imm(R2, width as i32));
+                self.call(helper::PROBE_READ_KERNEL_STR);
+                self.bind(done);
+            }
             "error" => {
                 let Some(message) = args.first().copied() else {
                     return;
@@ -404,6 +439,48 @@ impl Emitter<'_> {
             }
             _ => self.unsupported(format!("{name}() in kernel probes")),
         }
+    }
+
+    /// The task whose thread id is `pid` (0 if none) into r0 and
+    /// FRAME_TMP, as a plain address: `bpf_task_from_pid` takes a
+    /// reference, which is dropped at once, so the verifier turns every
+    /// copy into a number. The fields read through it later go through
+    /// probe reads, as for any task address. False (after an `unsupported`
+    /// error naming `name`) on a kernel without the kfuncs (before 6.2).
+    fn task_from_pid(&mut self, name: &str, pid: Reg) -> bool {
+        let Some(lookup) = self.task.pid_lookup else {
+            self.unsupported(format!(
+                "{name}() in kernel probes on this kernel (it needs the bpf_task_from_pid kfunc, Linux 6.2 or later)"
+            ));
+            return false;
+        };
+        let tracing_program = match &self.module.probes[self.probe as usize].kind {
+            ProbeKind::Tracepoint { .. } | ProbeKind::KernelFunction { .. } => matches!(
+                self.context,
+                ContextStyle::U64Array {
+                    btf_typed: true,
+                    ..
+                }
+            ),
+            _ => false,
+        };
+        if !tracing_program {
+            let family = self.module.probes[self.probe as usize].kind.family();
+            self.unsupported(format!(
+                "{name}() in {family} probes (bpf_task_from_pid is called from tracing programs only: kernel.trace, and kernel.function where fentry backs it; uprobe programs may not call it)"
+            ));
+            return false;
+        }
+        let done = self.new_label();
+        self.load_to(pid, R1);
+        self.push(Insn::call_kfunc(lookup.from_pid));
+        self.push(Insn::store(DW, FP, FRAME_TMP, R0));
+        self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), done);
+        self.push(Insn::mov_reg(R1, R0));
+        self.push(Insn::call_kfunc(lookup.release));
+        self.bind(done);
+        self.push(Insn::load(DW, R0, FP, FRAME_TMP));
+        true
     }
 
     /// `current->POINTER->VALUE` as an unsigned 4-byte value, into r0. The

@@ -281,7 +281,10 @@ fn emit_handler<'a>(
         maps,
         context: context_style(
             &probe.kind,
-            options.tracepoint_mechanism == super::TracepointMechanism::TpBtf,
+            options
+                .kernel
+                .tracepoint_mechanism(probe_index, options.tracepoint_mechanism)
+                == super::TracepointMechanism::TpBtf,
         ),
         max_action: module.limits.max_action,
         cpus: options.cpus.clamp(1, MAX_CPUS) as i32,
