@@ -50,6 +50,9 @@ mod try_catch;
 #[path = "live/sdt.rs"]
 mod sdt;
 
+#[path = "live/plt.rs"]
+mod plt;
+
 #[path = "live/pretty.rs"]
 mod pretty;
 

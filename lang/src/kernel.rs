@@ -346,6 +346,28 @@ pub trait KernelFacts {
         Ok(Vec::new())
     }
 
+    /// The PLT stubs of the user-space binary at `path`, as `(function,
+    /// file offset)` by name, for `process(PATH).plt(PATTERN)` probes.
+    /// `Err` says why the binary could not be read.
+    fn plt_entries(&self, path: &str) -> Result<Vec<(String, u64)>, FactsError> {
+        let _ = path;
+        Ok(Vec::new())
+    }
+
+    /// Where the dynamic linker finds shared library `name` (`libc.so.6`):
+    /// its cache, then its default directories. `None`: nowhere.
+    fn library_path(&self, name: &str) -> Option<String> {
+        let _ = name;
+        None
+    }
+
+    /// The shared libraries `program` loads (its `DT_NEEDED` entries,
+    /// transitively, resolved as by [`KernelFacts::library_path`]).
+    fn needed_libraries(&self, program: &str) -> Vec<String> {
+        let _ = program;
+        Vec::new()
+    }
+
     /// The files a `process("PATH")` names, as stap resolves them: a glob
     /// (`/usr/lib*/libpython*.so*`) against the file system, a name
     /// without `/` through `$PATH`, anything else as written. Empty when

@@ -230,6 +230,15 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             is_return,
         } => uprobe(prog, Path::new(path), function, *is_return).map(|fd| vec![fd]),
         AttachKind::Marker { path, sites, .. } => marker(prog, Path::new(path), sites),
+        AttachKind::Plt {
+            path,
+            name,
+            offset,
+            is_return,
+        } => {
+            let what = format!("uprobe on the PLT stub of {name} in {path}");
+            uprobe_at(prog, Path::new(path), *offset, *is_return, &what).map(|fd| vec![fd])
+        }
         AttachKind::Netfilter {
             pf,
             hooknum,
@@ -531,6 +540,19 @@ fn uprobe(
     } else {
         uprobe::function_offset(path, function).map_err(|e| e.to_string())?
     };
+    let what = format!("uprobe on {}:{function}", path.display());
+    uprobe_at(prog, path, offset, is_return, &what)
+}
+
+/// A uprobe (or uretprobe) at file offset `offset` of `path`; `what`
+/// names it in errors.
+fn uprobe_at(
+    prog: BorrowedFd,
+    path: &Path,
+    offset: u64,
+    is_return: bool,
+    what: &str,
+) -> Result<OwnedFd, String> {
     let (perf_type, retprobe) = probe_pmu("uprobe").map_err(|_| {
         format!(
             "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \
@@ -545,12 +567,7 @@ fn uprobe(
         probe_offset: offset,
         ..PerfEvent::default()
     };
-    open_and_attach(
-        prog,
-        &event,
-        0,
-        &format!("uprobe on {}:{function}", path.display()),
-    )
+    open_and_attach(prog, &event, 0, what)
 }
 
 /// `process(...).function("PATTERN")`: one program on every function of

@@ -17,6 +17,7 @@ pub mod host;
 pub mod http;
 pub mod jit;
 pub mod kernel;
+pub mod ldso;
 pub mod lines;
 pub mod load;
 pub mod ringbuf;

@@ -7,7 +7,7 @@ use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable, SymbolKind};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UprobeError {
@@ -128,6 +128,113 @@ pub fn matching_offsets(path: &Path, pattern: &str) -> Result<Vec<(String, u64)>
         });
     }
     Ok(found)
+}
+
+/// The PLT stubs of the ELF at `path`, as `(function, file offset)` by
+/// name: what `process(PATH).plt("PATTERN")` probes. Each stub is found by
+/// decoding its `jmp *GOT(%rip)` and naming the function whose relocation
+/// fills that GOT slot: `R_X86_64_JUMP_SLOT` for the stubs of `.plt.sec`
+/// (IBT binaries) or else of `.plt` (after its header), `R_X86_64_GLOB_DAT`
+/// for those of `.plt.got` (functions whose address is also taken), as
+/// `objdump -d` names them `NAME@plt`. x86_64 only; empty for a binary
+/// without a PLT (static, `-fno-plt`).
+pub fn plt_entries(path: &Path) -> Result<Vec<(String, u64)>, UprobeError> {
+    let read_error = |e: std::io::Error| UprobeError::Read {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let file = File::open(path).map_err(read_error)?;
+    // SAFETY: as in `function_offset`.
+    let data = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
+    let not_elf = |reason: String| UprobeError::NotElf {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let elf = object::File::parse(&*data).map_err(|e| not_elf(e.to_string()))?;
+    if elf.architecture() != object::Architecture::X86_64 {
+        return Err(not_elf(format!(
+            "PLT probes read x86_64 stubs; this binary is {:?}",
+            elf.architecture()
+        )));
+    }
+    const R_X86_64_GLOB_DAT: u64 = 6;
+    const R_X86_64_JUMP_SLOT: u64 = 7;
+    let mut slots = got_slots(&elf, ".rela.plt", R_X86_64_JUMP_SLOT);
+    slots.extend(got_slots(&elf, ".rela.dyn", R_X86_64_GLOB_DAT));
+    let mut found = Vec::new();
+    let lazy = match elf.section_by_name(".plt.sec") {
+        Some(section) => vec![(section, 0)],
+        // `.plt` starts with a 16-byte header that calls the resolver.
+        None => elf
+            .section_by_name(".plt")
+            .map(|s| (s, 16))
+            .into_iter()
+            .collect(),
+    };
+    let got = elf.section_by_name(".plt.got").map(|s| (s, 0));
+    for (section, first) in lazy.into_iter().chain(got) {
+        let code = section.data().map_err(|e| not_elf(e.to_string()))?;
+        // Stubs are 16 bytes, or 8 in a `.plt.got` without IBT (no endbr64).
+        let endbr64 = [0xf3, 0x0f, 0x1e, 0xfa];
+        let stride = if section.name() == Ok(".plt.got") && !code.starts_with(&endbr64) {
+            8
+        } else {
+            16
+        };
+        for at in (first..code.len()).step_by(stride) {
+            let stub = &code[at..code.len().min(at + stride)];
+            // `ff 25 disp32`, possibly after endbr64 and a bnd prefix.
+            let Some(jmp) = stub.windows(2).position(|w| w == [0xff, 0x25]) else {
+                continue;
+            };
+            let Some(disp) = stub.get(jmp + 2..jmp + 6) else {
+                continue;
+            };
+            let disp = i32::from_le_bytes(disp.try_into().unwrap_or_default()) as i64;
+            let address = section.address() + at as u64;
+            let slot = (address + jmp as u64 + 6).wrapping_add_signed(disp);
+            let Some((_, name)) = slots.iter().find(|(s, _)| *s == slot) else {
+                continue;
+            };
+            if let Some(offset) = file_offset(&elf, address) {
+                found.push((name.clone(), offset));
+            }
+        }
+    }
+    found.sort();
+    found.dedup_by(|a, b| a.0 == b.0);
+    Ok(found)
+}
+
+/// `(GOT slot, function)` of each relocation of type `kind` in the RELA
+/// section `section` that names a dynamic symbol.
+fn got_slots(elf: &object::File, section: &str, kind: u64) -> Vec<(u64, String)> {
+    let Some(rela) = elf.section_by_name(section).and_then(|s| s.data().ok()) else {
+        return Vec::new();
+    };
+    let Some(dynsym) = elf.dynamic_symbol_table() else {
+        return Vec::new();
+    };
+    let word = |entry: &[u8], at: usize| {
+        u64::from_le_bytes(entry[at..at + 8].try_into().unwrap_or_default())
+    };
+    rela.chunks_exact(24)
+        .filter(|entry| word(entry, 8) & 0xffff_ffff == kind)
+        .filter_map(|entry| {
+            let symbol = object::SymbolIndex((word(entry, 8) >> 32) as usize);
+            let name = dynsym.symbol_by_index(symbol).ok()?.name().ok()?;
+            (!name.is_empty()).then(|| (word(entry, 0), name.to_string()))
+        })
+        .collect()
+}
+
+/// Virtual address -> file offset through the loadable segment holding it.
+fn file_offset(elf: &object::File, address: u64) -> Option<u64> {
+    elf.segments().find_map(|segment| {
+        let start = segment.address();
+        let (file_offset, file_size) = segment.file_range();
+        (address >= start && address - start < file_size).then(|| address - start + file_offset)
+    })
 }
 
 enum Lookup {
@@ -277,5 +384,55 @@ mod tests {
             function_offset(&text, "main"),
             Err(UprobeError::NotElf { .. })
         ));
+    }
+
+    /// The PLT stubs as `objdump -d` names them (`NAME@plt`), with and
+    /// without IBT stubs (`.plt.sec`), mapped to file offsets by hand.
+    #[test]
+    fn plt_entries_match_objdump() {
+        let dir = temp_dir("plt");
+        let source = dir.join("p.c");
+        std::fs::write(
+            &source,
+            "#include <stdlib.h>\n#include <unistd.h>\n\
+             int main(void) { return (getenv(\"X\") != 0) + (getpid() == 0); }\n",
+        )
+        .unwrap();
+        for (tag, extra) in [
+            ("lazy", &[][..]),
+            ("ibt", &["-fcf-protection=full", "-Wl,-z,ibtplt"][..]),
+        ] {
+            let out = dir.join(tag);
+            let built = Command::new("cc")
+                .args(["-O1", "-o"])
+                .arg(&out)
+                .arg(&source)
+                .args(extra)
+                .status();
+            if !built.is_ok_and(|s| s.success()) {
+                eprintln!("no C compiler (or no IBT support): skipping {tag}");
+                continue;
+            }
+            let Ok(objdump) = Command::new("objdump").arg("-d").arg(&out).output() else {
+                eprintln!("no objdump: skipping");
+                return;
+            };
+            let data = std::fs::read(&out).unwrap();
+            let elf = object::File::parse(&*data).unwrap();
+            let mut expected: Vec<(String, u64)> = String::from_utf8_lossy(&objdump.stdout)
+                .lines()
+                .filter_map(|l| {
+                    let (address, rest) = l.split_once(" <")?;
+                    let name = rest.strip_suffix("@plt>:")?;
+                    let address = u64::from_str_radix(address, 16).ok()?;
+                    Some((name.to_string(), file_offset(&elf, address)?))
+                })
+                .collect();
+            expected.sort();
+            let found = plt_entries(&out).unwrap();
+            assert!(found.iter().any(|(n, _)| n == "getpid"), "{tag}: {found:?}");
+            assert_eq!(found, expected, "{tag}");
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

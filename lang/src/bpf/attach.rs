@@ -29,7 +29,8 @@ impl AttachKind {
             AttachKind::Kprobe { .. }
             | AttachKind::Kprobes { .. }
             | AttachKind::Uprobe { .. }
-            | AttachKind::Marker { .. } => BPF_PROG_TYPE_KPROBE,
+            | AttachKind::Marker { .. }
+            | AttachKind::Plt { .. } => BPF_PROG_TYPE_KPROBE,
             AttachKind::Fentry { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::PerfEvent { .. } => BPF_PROG_TYPE_PERF_EVENT,
             AttachKind::Netfilter { .. } => BPF_PROG_TYPE_NETFILTER,
@@ -55,6 +56,7 @@ impl AttachKind {
             | AttachKind::Kprobe { .. }
             | AttachKind::Uprobe { .. }
             | AttachKind::Marker { .. }
+            | AttachKind::Plt { .. }
             | AttachKind::PerfEvent { .. } => 0,
         }
     }
@@ -115,6 +117,12 @@ impl AttachKind {
                 name,
                 ..
             } => format!("process(\"{path}\").provider(\"{provider}\").mark(\"{name}\")"),
+            AttachKind::Plt {
+                path,
+                name,
+                is_return,
+                ..
+            } => format!("process(\"{path}\").plt(\"{name}\"){}", ret(*is_return)),
             AttachKind::Netfilter {
                 pf,
                 hooknum,

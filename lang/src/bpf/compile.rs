@@ -749,6 +749,16 @@ fn attach_kind(
         },
         ProbeKind::Process {
             path,
+            target: ProcessTarget::Plt { name, offset },
+            is_return,
+        } => AttachKind::Plt {
+            path: path.clone(),
+            name: name.clone(),
+            offset: *offset,
+            is_return: *is_return,
+        },
+        ProbeKind::Process {
+            path,
             target: ProcessTarget::Function(function) | ProcessTarget::Statement(function),
             is_return,
         } => AttachKind::Uprobe {

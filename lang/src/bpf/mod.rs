@@ -190,6 +190,13 @@ pub enum AttachKind {
         name: String,
         sites: Vec<(u64, u64)>,
     },
+    /// A uprobe (or uretprobe) at a PLT stub, a file offset.
+    Plt {
+        path: String,
+        name: String,
+        offset: u64,
+        is_return: bool,
+    },
     /// One kprobe program on many kernel functions: the handlers of a
     /// wildcard probe whose code does not depend on which function fired.
     /// With `multi`, one kprobe_multi link (the program is loaded with

@@ -401,6 +401,9 @@ impl ProbeKind {
                 let what = match target {
                     ProcessTarget::Function(f) => format!("function {f}"),
                     ProcessTarget::Statement(s) => format!("statement {s}"),
+                    ProcessTarget::Plt { name, offset } => {
+                        format!("PLT stub of {name} at file offset {offset:#x}")
+                    }
                     ProcessTarget::Mark {
                         provider,
                         name,
@@ -459,6 +462,12 @@ pub enum ProcessTarget {
         provider: String,
         name: String,
         sites: Vec<(u64, u64)>,
+    },
+    /// The PLT stub through which the binary calls `name` (a file
+    /// offset): `process(PATH).plt("PATTERN")`, one probe per stub.
+    Plt {
+        name: String,
+        offset: u64,
     },
 }
 

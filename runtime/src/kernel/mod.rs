@@ -505,6 +505,18 @@ impl KernelFacts for BtfKernel {
         crate::sdt::markers(Path::new(path)).map_err(FactsError)
     }
 
+    fn library_path(&self, name: &str) -> Option<String> {
+        crate::ldso::resolve(name)
+    }
+
+    fn needed_libraries(&self, program: &str) -> Vec<String> {
+        crate::ldso::needed(program)
+    }
+
+    fn plt_entries(&self, path: &str) -> Result<Vec<(String, u64)>, FactsError> {
+        crate::uprobe::plt_entries(Path::new(path)).map_err(|e| FactsError(e.to_string()))
+    }
+
     fn kfunc(&self, name: &str) -> Option<u32> {
         // Module kfuncs would need the module's BTF fd in the program's
         // fd_array; the ones stap-rs calls are all in vmlinux.

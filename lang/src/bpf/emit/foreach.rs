@@ -461,23 +461,32 @@ impl Emitter<'_> {
                 self.goto(tail);
             }
         }
+        // A body that always breaks never asks for the next element, and
+        // one that never breaks never stops: each path only if reached.
         let stopped = self.referenced(stop);
-        self.bind(next_iteration);
-        self.push(Insn::mov_imm(R0, 0));
+        let continues = self.falls_through() || self.referenced(next_iteration);
+        if continues {
+            self.bind(next_iteration);
+            self.push(Insn::mov_imm(R0, 0));
+            if stopped {
+                self.goto(tail);
+            }
+        }
         if stopped {
-            self.goto(tail);
             self.bind(stop);
             self.push(Insn::mov_imm(R0, 1));
         }
-        self.bind(tail);
-        if !transfer.is_empty() {
-            self.loop_area(R1, Some(region));
-            for (i, reg) in transfer.iter().enumerate() {
-                let r = self.operand(*reg, R2);
-                self.push(Insn::store(DW, R1, 8 + 8 * i as i16, r));
+        if continues || stopped || self.referenced(tail) {
+            self.bind(tail);
+            if !transfer.is_empty() {
+                self.loop_area(R1, Some(region));
+                for (i, reg) in transfer.iter().enumerate() {
+                    let r = self.operand(*reg, R2);
+                    self.push(Insn::store(DW, R1, 8 + 8 * i as i16, r));
+                }
             }
+            self.push(Insn::exit());
         }
-        self.push(Insn::exit());
         // `limit N` used up: nothing was loaded, nothing to hand back.
         if self.regions[region].limited {
             self.bind(limit_reached);

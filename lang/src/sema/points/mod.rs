@@ -66,7 +66,8 @@ pub(crate) struct ProbeContext {
     /// instead of the raw arguments when it uses one of them (`vars` then
     /// also lists the fields whose names no argument has).
     pub classic_fields: Option<Vec<crate::kernel::ClassicField>>,
-    /// SDT markers: `$$provider` and `$$name`.
+    /// SDT markers: `$$provider` and `$$name`; PLT stubs: `$$name` (the
+    /// function; `$$provider` is empty).
     pub marker: Option<(String, String)>,
 }
 

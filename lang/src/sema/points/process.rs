@@ -19,6 +19,8 @@ use crate::source::Span;
 /// The point names, for "did you mean".
 pub(super) const NAMES: &[&str] = &[
     "process.function",
+    "process.plt",
+    "process.plt.return",
     "process.statement",
     "process.mark",
     "process.provider.mark",
@@ -46,28 +48,70 @@ impl<'a> Elaborator<'a> {
             })?,
         };
         // `.library("LIB")`: LIB's code where the program maps it: the
-        // library's file, in processes running the program.
-        let (pattern, program, comps) = match comps.get(1).map(|c| c.name.as_str()) {
+        // library's file (each file a glob names), in processes running
+        // the program.
+        let (patterns, program, comps) = match comps.get(1).map(|c| c.name.as_str()) {
             Some("library") => {
                 let library = string_arg(&comps[1], "library")?;
-                (self.library_pattern(library), Some(pattern), &comps[1..])
+                (
+                    self.library_patterns(library, pattern),
+                    Some(pattern),
+                    &comps[1..],
+                )
             }
-            _ => (pattern.to_string(), None, comps),
+            _ => (vec![pattern.to_string()], None, comps),
         };
-        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
-        let mut points = match &names[1..] {
-            ["mark"] => self.resolve_marks(&pattern, "*", string_arg(&comps[1], "mark")?, span)?,
-            ["provider", "mark"] => {
-                let provider = string_arg(&comps[1], "provider")?;
-                self.resolve_marks(&pattern, provider, string_arg(&comps[2], "mark")?, span)?
+        // Several libraries: the ones where the rest of the point matches
+        // (a PLT pattern, a function); an error only when none does.
+        let mut points = Vec::new();
+        let mut first_error = None;
+        for pattern in &patterns {
+            match self.resolve_in_file(pattern, comps, span) {
+                Ok(found) => points.extend(found),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
-            _ => self.resolve_code(&pattern, comps, span)?,
-        };
+        }
+        if points.is_empty()
+            && let Some(error) = first_error
+        {
+            return Err(error);
+        }
         if let Some(program) = program {
             for point in &mut points {
                 point.conditions.push(runs_program(program, span));
             }
         }
+        Ok(points)
+    }
+
+    /// The rest of a process point (`comps[1..]`) in the file(s) `pattern`
+    /// names.
+    fn resolve_in_file(
+        &mut self,
+        pattern: &str,
+        comps: &[Component],
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let pattern = pattern.to_string();
+        let names: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
+        let points = match &names[1..] {
+            ["mark"] => self.resolve_marks(&pattern, "*", string_arg(&comps[1], "mark")?, span)?,
+            ["provider", "mark"] => {
+                let provider = string_arg(&comps[1], "provider")?;
+                self.resolve_marks(&pattern, provider, string_arg(&comps[2], "mark")?, span)?
+            }
+            ["plt"] | ["plt", "return"] => {
+                // `.plt` alone is every stub, as `.plt("*")`.
+                let functions = match comps[1].arg {
+                    Some(_) => string_arg(&comps[1], "plt")?,
+                    None => "*",
+                };
+                self.resolve_plt(&pattern, functions, names.len() == 3, span)?
+            }
+            _ => self.resolve_code(&pattern, comps, span)?,
+        };
         Ok(points)
     }
 
@@ -101,7 +145,7 @@ impl<'a> Elaborator<'a> {
                 ))
                 .at(
                     span,
-                    "expected `.function(\"f\")[.return]`, `.statement(\"...\")` or `.mark(\"name\")`",
+                    "expected `.function(\"f\")[.return]`, `.statement(\"...\")`, `.mark(\"name\")` or `.plt(\"f\")[.return]`",
                 ));
             }
         };
@@ -132,12 +176,38 @@ impl<'a> Elaborator<'a> {
     }
 
     /// Where `.library("LIB")` is: a path (or glob) as written; a bare
-    /// name in the first of the dynamic linker's usual directories that
-    /// has it.
-    fn library_pattern(&self, library: &str) -> String {
+    /// glob (`"*"`, `"libc*"`), each library the program loads whose file
+    /// name matches, as stap expands it; a bare name where the dynamic
+    /// linker finds it (its cache, then its usual directories).
+    fn library_patterns(&self, library: &str, program: &str) -> Vec<String> {
         if library.contains('/') {
-            return library.to_string();
+            return vec![library.to_string()];
         }
+        if has_wildcard(library) {
+            let loaded: Vec<String> = self
+                .facts
+                .user_paths(program)
+                .first()
+                .map(|program| self.facts.needed_libraries(program))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|path| {
+                    let file = path.rsplit('/').next().unwrap_or(path);
+                    glob_match(library, file)
+                })
+                .collect();
+            if !loaded.is_empty() {
+                return loaded;
+            }
+        } else if let Some(path) = self.facts.library_path(library) {
+            return vec![path];
+        }
+        vec![self.library_pattern(library)]
+    }
+
+    /// A bare library name (or glob) in the first of the dynamic linker's
+    /// usual directories that has it.
+    fn library_pattern(&self, library: &str) -> String {
         let candidates = LIBRARY_DIRS.iter().map(|dir| format!("{dir}/{library}"));
         let mut first = None;
         for candidate in candidates {
@@ -251,6 +321,81 @@ impl<'a> Elaborator<'a> {
                 .at(span, "no marker matches this")
                 .note(listing);
             return Err(with_package_hint(error, pattern));
+        }
+        Ok(out)
+    }
+
+    /// `process("PATH").plt("PATTERN")[.return]`: one uprobe per PLT stub
+    /// whose function matches, in every file PATH names; `$$name` is the
+    /// stub's function. A binary without a PLT (static, `-fno-plt`) has no
+    /// stubs: an error when no file has a match.
+    fn resolve_plt(
+        &mut self,
+        pattern: &str,
+        functions: &str,
+        is_return: bool,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let paths = self.facts.user_paths(pattern);
+        if paths.is_empty() {
+            return Err(no_such_file(pattern, span));
+        }
+        let mut out = Vec::new();
+        let mut unreadable = None;
+        for path in &paths {
+            let entries = match self.facts.plt_entries(path) {
+                Ok(entries) => entries,
+                Err(e) => {
+                    unreadable.get_or_insert_with(|| {
+                        Diagnostic::error(format!("cannot read the PLT of {path}: {e}"))
+                            .at(span, "in this probe point")
+                    });
+                    continue;
+                }
+            };
+            for (name, offset) in entries {
+                if !glob_match(functions, &name) {
+                    continue;
+                }
+                let resolved = format!(
+                    "process({}).plt({}){}",
+                    quote_string(path),
+                    quote_string(&name),
+                    if is_return { ".return" } else { "" }
+                );
+                let kind = ProbeKind::Process {
+                    path: path.clone(),
+                    target: ProcessTarget::Plt {
+                        name: name.clone(),
+                        offset,
+                    },
+                    is_return,
+                };
+                let context = ProbeContext {
+                    family: "process",
+                    is_return,
+                    no_dwarf: Some(format!(
+                        "{resolved}: a PLT stub has no DWARF parameters; use int_arg(N)/pointer_arg(N) or register(\"rdi\")"
+                    )),
+                    marker: Some((String::new(), name)),
+                    ..ProbeContext::default()
+                };
+                out.push(with_context(
+                    plain(kind, "process", resolved, span),
+                    context,
+                ));
+            }
+        }
+        if out.is_empty() {
+            if let Some(error) = unreadable {
+                return Err(error);
+            }
+            return Err(Diagnostic::error(format!(
+                "no PLT stub matching `{functions}` in {}",
+                paths.join(", ")
+            ))
+            .at(span, "no PLT entry matches this")
+            .note("a static or -fno-plt binary calls its libraries without PLT stubs"));
         }
         Ok(out)
     }
