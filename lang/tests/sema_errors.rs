@@ -37,9 +37,16 @@ fn unknown_function() {
 
 #[test]
 fn unknown_variable() {
-    insta::assert_snapshot!(errors(
-        "global count\nprobe begin { count = 1; println(cuont) }"
-    ));
+    // As stap: a warning (with the likely misspelling), and the local
+    // reads as 0.
+    let elaborated = common::elaborate_text(
+        "global count\nprobe begin { count = 1; println(cuont + 1) }",
+        &[],
+        &FakeKernel::new(),
+        &ElabOptions::default(),
+    );
+    assert!(elaborated.program.is_some(), "{}", elaborated.rendered());
+    insta::assert_snapshot!(elaborated.rendered());
 }
 
 #[test]

@@ -175,7 +175,7 @@ const VOID: ReturnType = ReturnType::Void;
 const BUILTINS: &[Builtin] = &[
     // Output. Kernel probes print through the ring buffer; the host formats.
     variadic(Any, both("print", &[Any], VOID, "Print values with no separator (stap documents one value; more are concatenated)")),
-    variadic(Any, both("println", &[Any], VOID, "Print values followed by a newline")),
+    variadic(Any, both("println", &[], VOID, "Print values followed by a newline (none: just the newline, as stap)")),
     variadic(Any, both("printf", &[S], VOID, "Print values under a literal format string")),
     variadic(Any, both("sprintf", &[S], STRING, "Format values under a literal format string into a string")),
     variadic(Any, both("printd", &[S, Any, Any], VOID, "Print two or more values separated by a delimiter")),

@@ -358,8 +358,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
         id
     }
 
-    /// Reports locals that are read but never given a value: in stap those
-    /// are almost always a misspelt global or variable.
+    /// Warns about locals that are read but never given a value, as stap
+    /// does: they read as 0 or "", and are often a misspelt global or
+    /// variable, hence the suggestion.
     fn finish(self) -> Vec<Local> {
         let BodyLowerer {
             elab,
@@ -381,8 +382,11 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     names
                 });
                 elab.error(
-                    Diagnostic::error(format!("unknown variable `{}`", local.name))
-                        .at(span, "never assigned, and not a global")
+                    Diagnostic::warning(format!("never-assigned local variable `{}`", local.name))
+                        .at(
+                            span,
+                            "never assigned, and not a global: it reads as 0 or \"\"",
+                        )
                         .suggest(
                             &local.name,
                             candidates
