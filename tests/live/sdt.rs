@@ -49,7 +49,7 @@ fn sdt_marker_arguments_of_every_operand_form() {
              printf("mixed %d %d %d %d\n", $arg1, $arg2, $arg3, $arg4)
            }}
            probe process("{path}").mark("cons*") {{
-             printf("%s %d %d %d\n", $$name, $arg1, $arg2, @defined($arg3))
+             printf("%s %d %d %d %s\n", $$name, $arg1, $arg2, @defined($arg3), pn())
            }}
            probe process("{path}").mark("guarded") {{
              printf("guarded %d semaphore %d\n", $arg1, $arg2)
@@ -60,12 +60,15 @@ fn sdt_marker_arguments_of_every_operand_form() {
     // arg3 of plain is through a pointer; mixed's are a char and an
     // unsigned short constant, `arr[i]` (base + index * 8) and a global;
     // guarded fires only because the kernel set its semaphore (to 1).
+    // pn(): the point as written, its wildcard expanded to the marker.
     assert_eq!(
         done.stdout,
-        "demo:plain n=9 s=hello-sdt a=123456789012\n\
+        format!(
+            "demo:plain n=9 s=hello-sdt a=123456789012\n\
          mixed -3 65535 30 77\n\
-         consts 5 -1 0\n\
-         guarded 18 semaphore 1\n",
+         consts 5 -1 0 process(\"{path}\").mark(\"consts\")\n\
+         guarded 18 semaphore 1\n"
+        ),
         "stderr:\n{}",
         done.stderr
     );

@@ -87,6 +87,11 @@ pub(crate) struct ResolvedPoint<'a> {
     /// `oneshot`: the body ends with `exit()`.
     pub oneshot: bool,
     pub span: Span,
+    /// A wildcard argument this point resolved to one concrete name (the
+    /// component, the name): `pn()` shows the name, as stap's "script-level
+    /// point, including wild-card expansion effects" (`mark("*")` gives
+    /// `mark("consts")` for that marker's probe).
+    pub expanded: Option<(&'static str, String)>,
 }
 
 /// Every family's point names, for "did you mean" on an unknown point.
@@ -142,6 +147,22 @@ fn render(components: &[Component]) -> String {
         })
         .collect();
     parts.join(".")
+}
+
+/// `components` with the wildcard argument of component `expanded.0`
+/// replaced by the concrete name it resolved to.
+fn with_expansion(
+    components: &[Component],
+    expanded: &Option<(&'static str, String)>,
+) -> Vec<Component> {
+    let mut out = components.to_vec();
+    if let Some((name, value)) = expanded
+        && let Some(c) = out.iter_mut().rev().find(|c| c.name == *name)
+        && matches!(&c.arg, Some(Literal::String(s)) if has_wildcard(s))
+    {
+        c.arg = Some(Literal::String(value.clone()));
+    }
+    out
 }
 
 /// Expands brace sets: `kernel.{function("a"),trace("b")}` gives two.
@@ -236,6 +257,7 @@ fn plain(
         conditions: Vec::new(),
         oneshot: false,
         span,
+        expanded: None,
     }
 }
 
@@ -283,7 +305,7 @@ impl<'a> Elaborator<'a> {
                     Ok(mut resolved) => {
                         for r in &mut resolved {
                             if top {
-                                r.written = render(&alternative);
+                                r.written = render(&with_expansion(&alternative, &r.expanded));
                             }
                             if let Some(cond) = &point.condition {
                                 r.conditions.push(cond);

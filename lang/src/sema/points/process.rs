@@ -299,10 +299,12 @@ impl<'a> Elaborator<'a> {
                     },
                     is_return: false,
                 };
-                out.push(with_context(
+                let mut point = with_context(
                     plain(kind, "process", resolved, span),
                     marker_context(marker, long),
-                ));
+                );
+                point.expanded = Some(("mark", marker.name.clone()));
+                out.push(point);
             }
         }
         if out.is_empty() {
@@ -377,13 +379,12 @@ impl<'a> Elaborator<'a> {
                     no_dwarf: Some(format!(
                         "{resolved}: a PLT stub has no DWARF parameters; use int_arg(N)/pointer_arg(N) or register(\"rdi\")"
                     )),
-                    marker: Some((String::new(), name)),
+                    marker: Some((String::new(), name.clone())),
                     ..ProbeContext::default()
                 };
-                out.push(with_context(
-                    plain(kind, "process", resolved, span),
-                    context,
-                ));
+                let mut point = with_context(plain(kind, "process", resolved, span), context);
+                point.expanded = Some(("plt", name));
+                out.push(point);
             }
         }
         if out.is_empty() {
