@@ -272,3 +272,35 @@ fn entry_values_in_a_syscall_return_come_from_its_enter_event() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// syscall.pipe covers pipe2 and pipe with stap's variables: at the call,
+/// the flags and what the array held (-7); at the return, the two
+/// descriptors the kernel wrote, which the program prints too.
+#[test]
+fn syscall_pipe_shows_flags_and_the_descriptors_at_the_return() {
+    let _one = serial();
+    let target = build("pipe_target");
+    let path = target.display().to_string();
+    let script = r#"probe syscall.pipe { if (pid() == target()) printf("%s %d %s %s\n", name, flags, flag_str, argstr) }
+probe syscall.pipe.return { if (pid() == target()) printf("%s %s %d %d\n", name, retstr, pipe0, pipe1) }"#;
+    let done = Session::start(&["-c", &path, "-e", script]).finish();
+    assert_success(&done);
+    // The program's own line (four numbers) may come before or after
+    // the probes' lines.
+    let (program, lines): (Vec<&str>, Vec<&str>) = done
+        .stdout
+        .lines()
+        .partition(|l| l.split(' ').all(|w| w.parse::<i32>().is_ok()));
+    assert_eq!(
+        (program.len(), lines.len()),
+        (1, 4),
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    let fds: Vec<&str> = program[0].split(' ').collect();
+    assert_eq!(lines[0], "pipe2 2048 O_NONBLOCK [-7, -7], O_NONBLOCK");
+    assert_eq!(lines[1], format!("pipe2 0 {} {}", fds[0], fds[1]));
+    assert_eq!(lines[2], "pipe 0  [-7, -7]");
+    assert_eq!(lines[3], format!("pipe 0 {} {}", fds[2], fds[3]));
+}
