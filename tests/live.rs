@@ -494,6 +494,54 @@ fn uprobe_reads_an_int_and_a_user_string_argument() {
     );
 }
 
+/// A stripped binary whose DWARF was moved to a separate debug file, as
+/// distributions ship them (`objcopy --only-keep-debug`, then a
+/// `.gnu_debuglink` to it in the binary's `.debug/` directory): `$n`, `$s`
+/// and a source line come from the debug file.
+#[test]
+fn uprobe_reads_parameters_from_a_separate_debug_file() {
+    let _one = serial();
+    let built = build("uprobe_target");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("split-debug");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".debug")).expect("mkdir");
+    let target = dir.join("uprobe_target");
+    std::fs::copy(&built, &target).expect("copying the target");
+    let debug = dir.join(".debug/uprobe_target.debug");
+    let run = |program: &str, args: &[&std::ffi::OsStr]| {
+        let status = Command::new(program).args(args).status().expect(program);
+        assert!(status.success(), "{program} {args:?} failed");
+    };
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            target.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    run("strip", &["--strip-debug".as_ref(), target.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", debug.display());
+    run("objcopy", &[link.as_ref(), target.as_os_str()]);
+
+    let path = target.display().to_string();
+    // Line 11 of uprobe_target.c is f's `return`; it may share f's first
+    // address, so the end probe reports (no order between the two).
+    let script = format!(
+        r#"global n, s, lines
+           probe process("{path}").function("f") {{ n = $n; s = user_string($s) }}
+           probe process("{path}").statement("f@uprobe_target.c:11") {{ lines++ }}
+           probe end {{ printf("f %d %s lines %d\n", n, s, lines) }}"#
+    );
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout, "f 42 hello-uprobe lines 1\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
 /// A uretprobe sees the registers at the return: `@entry` values are
 /// saved per thread by an entry uprobe, and so is a bare argument.
 #[test]

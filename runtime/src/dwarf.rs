@@ -173,7 +173,7 @@ impl fmt::Display for DwarfError {
             }
             DwarfError::NoDebugInfo { path } => write!(
                 f,
-                "{} has no DWARF debug info (build with -g)",
+                "{} has no DWARF debug info (build with -g, or install its separate debug file)",
                 path.display()
             ),
             DwarfError::Corrupt { path, reason } => {
@@ -192,29 +192,23 @@ pub struct DwarfFunctions {
 }
 
 impl DwarfFunctions {
-    /// Reads the DWARF of the ELF binary at `path`.
+    /// Reads the DWARF of the ELF binary at `path`, or of its separate
+    /// debug file when the binary has none (see [`crate::debugfile`]).
     pub fn read(path: &Path) -> Result<DwarfFunctions, DwarfError> {
-        let read_error = |e: std::io::Error| DwarfError::Read {
+        let data = map(path)?;
+        let elf = object::File::parse(&*data).map_err(|e| DwarfError::NotElf {
             path: path.to_path_buf(),
             reason: e.to_string(),
-        };
-        let file = File::open(path).map_err(read_error)?;
-        // SAFETY: a private read-only mapping; a binary rewritten while we
-        // read it gives wrong answers at worst (every access is checked).
-        let data = unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)?;
-        DwarfFunctions::parse(&data).map_err(|e| match e {
-            ParseError::NotElf(reason) => DwarfError::NotElf {
+        })?;
+        if elf.section_by_name(".debug_info").is_some() {
+            return DwarfFunctions::parse(&data).map_err(|e| e.at(path));
+        }
+        let root = Path::new(crate::debugfile::DEBUG_ROOT);
+        let debug =
+            crate::debugfile::find(path, &elf, root).ok_or_else(|| DwarfError::NoDebugInfo {
                 path: path.to_path_buf(),
-                reason,
-            },
-            ParseError::NoDebugInfo => DwarfError::NoDebugInfo {
-                path: path.to_path_buf(),
-            },
-            ParseError::Corrupt(reason) => DwarfError::Corrupt {
-                path: path.to_path_buf(),
-                reason,
-            },
-        })
+            })?;
+        DwarfFunctions::parse(&map(&debug)?).map_err(|e| e.at(&debug))
     }
 
     /// Reads the DWARF of an ELF image in memory.
@@ -285,6 +279,29 @@ enum ParseError {
     NotElf(String),
     NoDebugInfo,
     Corrupt(String),
+}
+
+impl ParseError {
+    fn at(self, path: &Path) -> DwarfError {
+        let path = path.to_path_buf();
+        match self {
+            ParseError::NotElf(reason) => DwarfError::NotElf { path, reason },
+            ParseError::NoDebugInfo => DwarfError::NoDebugInfo { path },
+            ParseError::Corrupt(reason) => DwarfError::Corrupt { path, reason },
+        }
+    }
+}
+
+/// The whole file at `path`, mapped read-only.
+fn map(path: &Path) -> Result<memmap2::Mmap, DwarfError> {
+    let read_error = |e: std::io::Error| DwarfError::Read {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let file = File::open(path).map_err(read_error)?;
+    // SAFETY: a private read-only mapping; a binary rewritten while we
+    // read it gives wrong answers at worst (every access is checked).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(read_error)
 }
 
 impl From<gimli::Error> for ParseError {

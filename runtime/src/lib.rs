@@ -6,11 +6,14 @@
 //! - [`tracefs`]: the tracepoint list and classic events' `format` files.
 //! - [`features`]: which probe mechanisms this kernel allows, probed once.
 //! - [`dwarf`]: user binaries' function prototypes from DWARF (uprobes).
+//!   A stripped binary's DWARF is read from its separate debug file
+//!   ([`debugfile`]: build id or `.gnu_debuglink`, as gdb finds it).
 //! - [`syscalls`]: system call numbers and names of the native ABI.
 //! - [`kernel`]: [`kernel::BtfKernel`], the `KernelFacts` the compiler asks.
 
 pub mod attach;
 pub mod btf;
+pub mod debugfile;
 pub mod dwarf;
 pub mod features;
 pub mod host;

@@ -34,20 +34,39 @@ pub fn statement_offset(path: &Path, spec: &str) -> Result<u64, String> {
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let elf = object::File::parse(&*data)
         .map_err(|e| format!("{} is not an ELF binary: {e}", path.display()))?;
-    if elf.section_by_name(".debug_line").is_none() {
-        return Err(format!(
-            "{} has no DWARF line table (build it with -g)",
-            path.display()
-        ));
-    }
-    let endian = if elf.is_little_endian() {
+    // A stripped binary's line table is in its separate debug file; the
+    // binary's own segments still map addresses to file offsets (a debug
+    // file's segments have no contents).
+    let debug_data;
+    let debug_elf;
+    let (lines_elf, lines_path) = if elf.section_by_name(".debug_line").is_some() {
+        (&elf, path.to_path_buf())
+    } else {
+        let debug = crate::debugfile::find(path, &elf, Path::new(crate::debugfile::DEBUG_ROOT))
+            .ok_or_else(|| {
+                format!(
+                    "{} has no DWARF line table (build it with -g, or install its separate debug file)",
+                    path.display()
+                )
+            })?;
+        let file =
+            File::open(&debug).map_err(|e| format!("cannot read {}: {e}", debug.display()))?;
+        // SAFETY: as above.
+        debug_data = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| format!("cannot read {}: {e}", debug.display()))?;
+        debug_elf = object::File::parse(&*debug_data)
+            .map_err(|e| format!("{} is not an ELF file: {e}", debug.display()))?;
+        (&debug_elf, debug)
+    };
+    let dwarf_path = lines_path.as_path();
+    let endian = if lines_elf.is_little_endian() {
         RunTimeEndian::Little
     } else {
         RunTimeEndian::Big
     };
-    let corrupt = |e: gimli::Error| format!("corrupt DWARF in {}: {e}", path.display());
+    let corrupt = |e: gimli::Error| format!("corrupt DWARF in {}: {e}", dwarf_path.display());
     let sections = gimli::DwarfSections::load(|id| -> Result<_, String> {
-        match elf.section_by_name(id.name()) {
+        match lines_elf.section_by_name(id.name()) {
             Some(section) => section
                 .uncompressed_data()
                 .map_err(|e| format!("section {}: {e}", id.name())),
