@@ -402,7 +402,7 @@ fn tapset_embedded_c_is_refused_only_where_used() {
 #[test]
 fn operators_that_need_headers_or_dwarf() {
     insta::assert_snapshot!(errors(
-        "global a\nprobe begin { x = @const(\"NR_CPUS\"); if ([1, *] in a) { }; y = @var(\"jiffies\", \"kernel\") }"
+        "global a\nprobe begin { x = @const(\"NR_CPUS\"); v = a[1, *]; y = @var(\"jiffies\", \"kernel\") }"
     ));
 }
 

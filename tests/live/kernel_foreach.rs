@@ -83,9 +83,10 @@ fn kernel_foreach_sums_keys_and_values_with_limit_and_break() {
 }
 
 /// Array slices in a kernel probe: `foreach` over `a[f, *]` (with and
-/// without `limit`) and `delete a[f, *]`, each a walk of the whole map.
+/// without `limit`), `delete a[f, *]` and `[f, *] in a`, each a walk of
+/// the whole map.
 #[test]
-fn kernel_array_slices_walk_and_delete_the_matching_elements() {
+fn kernel_array_slices_walk_delete_and_test_the_matching_elements() {
     let _one = serial();
     let trigger = build("trigger");
     let port = closed_port().to_string();
@@ -106,10 +107,12 @@ fn kernel_array_slices_walk_and_delete_the_matching_elements() {
            }}
            probe kernel.trace("raw_syscalls:sys_enter") {{
              if ($id == {SYS_SOCKET} && execname() == "stapKSlDel") {{
+               had = [filler, *] in a
                delete a[filler, *]
                left = 0
                foreach ([p, n] in a) left += a[p, n]
                printf("total %d visits %d left %d\n", total, visits, left)
+               printf("in %d %d %d %d\n", had, [filler, *] in a, [*, 2] in a, [*, 1] in a)
                exit()
              }}
            }}"#
@@ -131,7 +134,7 @@ fn kernel_array_slices_walk_and_delete_the_matching_elements() {
     let done = session.finish();
     assert_success(&done);
     assert_eq!(
-        done.stdout, "total 3 visits 1 left 40\n",
+        done.stdout, "total 3 visits 1 left 40\nin 1 0 0 1\n",
         "stderr:\n{}",
         done.stderr
     );

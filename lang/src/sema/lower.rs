@@ -147,7 +147,7 @@ fn split_conditional_format(
 /// Lowers a function's body; parameters become its first locals.
 pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::Function {
     let entry = &elab.functions[id.0 as usize];
-    let f = entry.ast;
+    let f = entry.ast.clone();
     let from_tapset = entry.from_tapset;
     let mut lowerer = BodyLowerer::new(elab, None);
     lowerer.in_function = true;
@@ -762,7 +762,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             }
             A::Wildcard => {
                 self.error(Diagnostic::unsupported(
-                    "array slices (`*` as a key) outside `delete` and `foreach`",
+                    "array slices (`*` as a key) outside `delete`, `foreach` and `in`",
                     span,
                 ));
                 return invalid(span);
@@ -853,6 +853,19 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     otherwise: self.boxed_expr(otherwise),
                 },
             },
+            A::In { keys, array } if slices::is_slice(keys) => {
+                // A test over a slice is a walk of the array: a function
+                // written for it, called with the fixed keys.
+                let function = slices::membership(keys, array, span);
+                let name = function.name.clone();
+                self.elab.add_synthesized_function(function);
+                let fixed: Vec<ast::Expr> = keys
+                    .iter()
+                    .filter(|k| !matches!(k.kind, A::Wildcard))
+                    .cloned()
+                    .collect();
+                return self.call(&name, &fixed, span);
+            }
             A::In { keys, array } => {
                 let keys: Vec<Expr> = keys.iter().map(|k| self.expr(k)).collect();
                 match self.array(array, keys.len()) {
@@ -953,7 +966,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             self.elab
                 .lookup_function_for_call(&name.node, lowered.len(), name.span)
         {
-            let f = self.elab.functions[function.0 as usize].ast;
+            let f = self.elab.functions[function.0 as usize].ast.clone();
             if f.params.len() != lowered.len() {
                 self.error(
                     Diagnostic::error(format!(
@@ -963,7 +976,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                         lowered.len()
                     ))
                     .at(span, format!("called with {} argument(s)", lowered.len()))
-                    .also(f.name.span, format!("defined as `{}`", signature(f))),
+                    .also(f.name.span, format!("defined as `{}`", signature(&f))),
                 );
                 return invalid(span);
             }

@@ -15,7 +15,18 @@
 //! ```
 //!
 //! The fixed keys and the limit are evaluated once, before the walk, as
-//! stap does. `[k, *] in a` (a test, in an expression) is not rewritten.
+//! stap does. `[k, *] in a`, a test inside an expression, becomes a call
+//! of a function written for it, so the walk can stop at the first match:
+//!
+//! ```text
+//! [e, *] in a                 __slice_in_F_S(e)
+//!
+//! function __slice_in_F_S(__slice_p1) {
+//!   foreach ([__slice_k1, __slice_k2] in a)
+//!     if (__slice_k1 == __slice_p1) return 1
+//!   return 0
+//! }
+//! ```
 
 use crate::ast::{self, BinaryOp, Expr, ExprKind, Stmt, StmtKind};
 use crate::source::{Span, Spanned};
@@ -221,4 +232,78 @@ pub(crate) fn foreach(f: &ast::Foreach, slice: &[Expr], span: Span, counter: u32
         span,
     ));
     block(stmts, span)
+}
+
+/// The function that `[keys] in array` calls (see the module's header),
+/// taking the fixed keys in order as its parameters. Its name comes from
+/// the test's place (file and offset), so lowering the same code again
+/// (a probe body runs once per point) names the same function.
+pub(crate) fn membership(keys: &[Expr], array: &ast::Ident, span: Span) -> ast::Function {
+    let key_names: Vec<String> = (1..=keys.len()).map(|i| format!("__slice_k{i}")).collect();
+    let mut params = Vec::new();
+    let mut test: Option<Expr> = None;
+    for (i, (key, name)) in keys.iter().zip(&key_names).enumerate() {
+        if matches!(key.kind, ExprKind::Wildcard) {
+            continue;
+        }
+        let param = format!("__slice_p{}", i + 1);
+        params.push(ast::Param {
+            name: Spanned::new(param.clone(), key.span),
+            ty: None,
+        });
+        let equal = binary(
+            BinaryOp::Eq,
+            var(name.clone(), key.span),
+            var(param, key.span),
+            key.span,
+        );
+        test = Some(match test {
+            None => equal,
+            Some(before) => binary(BinaryOp::And, before, equal, key.span),
+        });
+    }
+    let number = |n| Expr {
+        kind: ExprKind::Literal(ast::Literal::Number(n)),
+        span,
+    };
+    let found = stmt(StmtKind::Return(Some(number(1))), span);
+    let body = match test {
+        Some(cond) => stmt(
+            StmtKind::If {
+                cond,
+                then: Box::new(found),
+                otherwise: None,
+            },
+            span,
+        ),
+        None => found,
+    };
+    let walk = stmt(
+        StmtKind::Foreach(Box::new(ast::Foreach {
+            value: None,
+            keys: key_names
+                .iter()
+                .map(|k| (Spanned::new(k.clone(), span), None))
+                .collect(),
+            bracketed: true,
+            array: array.clone(),
+            slice: None,
+            value_sort: None,
+            aggregate: None,
+            limit: None,
+            body,
+        })),
+        span,
+    );
+    ast::Function {
+        name: Spanned::new(format!("__slice_in_{}_{}", span.file.0, span.start), span),
+        private: false,
+        ret: Some(Spanned::new(ast::TypeName::Long, span)),
+        params,
+        body: ast::FunctionBody::Block(ast::Block {
+            stmts: vec![walk, stmt(StmtKind::Return(Some(number(0))), span)],
+            span,
+        }),
+        span,
+    }
 }

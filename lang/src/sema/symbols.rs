@@ -18,8 +18,26 @@ pub(crate) struct GlobalEntry {
     pub referenced: bool,
 }
 
+/// A function's AST: a script's or a tapset's, borrowed from its file, or
+/// one the elaborator writes itself (`slices::membership`).
+#[derive(Clone)]
+pub(crate) enum FunctionAst<'a> {
+    Parsed(&'a ast::Function),
+    Synthesized(std::sync::Arc<ast::Function>),
+}
+
+impl std::ops::Deref for FunctionAst<'_> {
+    type Target = ast::Function;
+    fn deref(&self) -> &ast::Function {
+        match self {
+            FunctionAst::Parsed(f) => f,
+            FunctionAst::Synthesized(f) => f,
+        }
+    }
+}
+
 pub(crate) struct FunctionEntry<'a> {
-    pub ast: &'a ast::Function,
+    pub ast: FunctionAst<'a>,
     pub from_tapset: bool,
     /// Called from somewhere; tapset functions are lowered only then.
     pub referenced: bool,
@@ -255,6 +273,20 @@ impl<'a> Elaborator<'a> {
                 return;
             }
         }
+        self.push_function(FunctionAst::Parsed(f), from_tapset);
+    }
+
+    /// Adds a function the elaborator wrote (`slices::membership`), named
+    /// after the code it stands for: a second request for the same name
+    /// (the same code lowered again) keeps the first.
+    pub fn add_synthesized_function(&mut self, f: ast::Function) {
+        if !self.function_names.contains_key(&f.name.node) {
+            self.push_function(FunctionAst::Synthesized(std::sync::Arc::new(f)), false);
+        }
+    }
+
+    fn push_function(&mut self, f: FunctionAst<'a>, from_tapset: bool) {
+        let key = (f.name.node.clone(), f.params.len());
         let id = hir::FunctionId(self.functions.len() as u32);
         self.function_names.entry(f.name.node.clone()).or_insert(id);
         self.overloads.insert(key, id);
