@@ -902,8 +902,24 @@ fn a_megabyte_literal_is_cut_at_maxstringlen_on_the_host() {
     assert_eq!(stdout(&out), "511\n");
 }
 
+/// `text_strn` in a host probe: a length cut between escapes, and a quoted
+/// text cut short (stap's `"...`).
 #[test]
-fn array_slices_delete_and_walk_the_matching_elements() {
+fn text_strn_cuts_and_quotes_as_stap() {
+    let out = stap(&[
+        "-e",
+        r#"probe begin {
+             printf("%s|%s|%s|%s\n", text_strn("tab\there", 0, 0), text_strn("tab\there", 4, 0),
+                    text_strn("hello world", 8, 1), text_strn("ok", 0, 1))
+             exit()
+           }"#,
+    ]);
+    assert_ok(&out);
+    assert_eq!(stdout(&out), "tab\\there|tab|\"hel\"...|\"ok\"\n");
+}
+
+#[test]
+fn array_slices_delete_walk_and_test_the_matching_elements() {
     let out = stap(&[
         "-e",
         r#"global a, b
@@ -916,14 +932,16 @@ fn array_slices_delete_and_walk_the_matching_elements() {
              two = 2
              foreach ([i, j+] in b[two, *] limit 2) printf("b %d %d %d\n", i, j, b[i, j])
              foreach ([i-, j] in b[*, 3]) printf("c %d %d\n", i, j)
+             printf("in %d %d %d %d %d\n", [two, *] in b, [5, *] in b, [*, 3] in b,
+                    [*, 4] in b, !([*, *] in b))
              delete b[*, *]
-             printf("left %d\n", [4, 3] in b)
+             printf("left %d %d\n", [4, 3] in b, [*, *] in b)
              exit()
            }"#,
     ]);
     assert_ok(&out);
     assert_eq!(
         stdout(&out),
-        "a 2 x 3\na 3 x 5\nb 2 1 21\nb 2 2 22\nc 4 3\nc 3 3\nc 2 3\nc 1 3\nleft 0\n"
+        "a 2 x 3\na 3 x 5\nb 2 1 21\nb 2 2 22\nc 4 3\nc 3 3\nc 2 3\nc 1 3\nin 1 0 1 0 0\nleft 0 0\n"
     );
 }

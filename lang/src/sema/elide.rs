@@ -56,6 +56,7 @@ fn builtin_is_pure(name: &str) -> bool {
         "str_replace",
         "text_str",
         "string_quoted",
+        "text_strn",
         "strtol",
         "isdigit",
         "abs",

@@ -16,6 +16,7 @@ pub const TABLE: &[&str] = &[
     "str_replace",
     "tokenize",
     "text_str",
+    "text_strn",
     "stringat",
     "strtol",
     "string_quoted",
@@ -188,6 +189,12 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             s(rest[start..end].to_vec())
         }
         "text_str" => s(escape(bytes(args, 0), rt.max_string_len.saturating_sub(1))),
+        "text_strn" => s(text_strn(
+            bytes(args, 0),
+            long(args, 1),
+            long(args, 2) != 0,
+            rt.max_string_len,
+        )),
         "string_quoted" => {
             let mut out = vec![b'"'];
             out.extend(escape(bytes(args, 0), usize::MAX));
@@ -497,25 +504,78 @@ fn cmdline_args(first: i64, last: i64, delim: &[u8]) -> Vec<u8> {
 fn escape(src: &[u8], limit: usize) -> Vec<u8> {
     let mut out = Vec::new();
     for &b in src {
-        let piece: Vec<u8> = match b {
-            // stap's C escapes (its `_stp_text_str`); the kernel side
-            // (`bpf::emit::strfuncs`) writes the same.
-            7 => b"\\a".to_vec(),
-            8 => b"\\b".to_vec(),
-            12 => b"\\f".to_vec(),
-            11 => b"\\v".to_vec(),
-            b'\n' => b"\\n".to_vec(),
-            b'\t' => b"\\t".to_vec(),
-            b'\r' => b"\\r".to_vec(),
-            b'"' => b"\\\"".to_vec(),
-            b'\\' => b"\\\\".to_vec(),
-            0x20..=0x7e => vec![b],
-            _ => format!("\\{b:03o}").into_bytes(),
-        };
+        let piece = escape_byte(b);
         if out.len() + piece.len() > limit {
             break;
         }
         out.extend(piece);
+    }
+    out
+}
+
+/// One byte as `text_str` writes it: stap's C escapes (its
+/// `_stp_text_str`); the kernel side (`bpf::emit::strfuncs`) writes the
+/// same.
+fn escape_byte(b: u8) -> Vec<u8> {
+    match b {
+        7 => b"\\a".to_vec(),
+        8 => b"\\b".to_vec(),
+        12 => b"\\f".to_vec(),
+        11 => b"\\v".to_vec(),
+        b'\n' => b"\\n".to_vec(),
+        b'\t' => b"\\t".to_vec(),
+        b'\r' => b"\\r".to_vec(),
+        b'"' => b"\\\"".to_vec(),
+        b'\\' => b"\\\\".to_vec(),
+        0x20..=0x7e => vec![b],
+        _ => format!("\\{b:03o}").into_bytes(),
+    }
+}
+
+/// `text_strn(s, len, quoted)` with stap's rules (`_stp_text_str`): at most
+/// `len` bytes of escapes (0, or more than MAXSTRINGLEN - 1: that), never
+/// half an escape; `quoted` adds the quotes within `len` (at least 5), and
+/// a text cut short ends in `"...`, moved back over the last bytes so the
+/// whole is `max(len, 5)` bytes. At most MAXSTRINGLEN - 1 input bytes are
+/// read; stap calls a text cut at exactly that many bytes complete.
+fn text_strn(src: &[u8], len: i64, quoted: bool, max_string_len: usize) -> Vec<u8> {
+    let limit = max_string_len.saturating_sub(1);
+    let mut room = match usize::try_from(len) {
+        Ok(n) if n > 0 && n <= limit => n,
+        _ => limit,
+    };
+    let mut out = Vec::new();
+    if quoted {
+        room = room.max(5) - 2;
+        out.push(b'"');
+    }
+    let mut unread = limit;
+    // The byte that ended the walk; 0 at the end of the string.
+    let mut last = 0u8;
+    let mut at = 0;
+    while unread > 0 {
+        last = src.get(at).copied().unwrap_or(0);
+        if last == 0 || room == 0 {
+            break;
+        }
+        at += 1;
+        unread -= 1;
+        let piece = escape_byte(last);
+        if room < piece.len() {
+            break;
+        }
+        room -= piece.len();
+        out.extend(piece);
+    }
+    if quoted {
+        if last != 0 && unread > 0 {
+            // `room` is below 4 here (no escape fitted), so this backs up
+            // by 3 - room bytes, never over the opening quote.
+            out.truncate(out.len() + room - 3);
+            out.extend_from_slice(b"\"...");
+        } else {
+            out.push(b'"');
+        }
     }
     out
 }
@@ -572,4 +632,32 @@ pub fn ctime(secs: i64, local: bool) -> String {
         text = format!("{text} {}", zone.to_string_lossy());
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::text_strn;
+
+    fn strn(s: &str, len: i64, quoted: bool) -> String {
+        String::from_utf8(text_strn(s.as_bytes(), len, quoted, 512)).expect("ASCII")
+    }
+
+    #[test]
+    fn text_strn_cuts_between_escapes_and_marks_a_quoted_cut() {
+        assert_eq!(strn("hello", 0, false), "hello");
+        assert_eq!(strn("hello", -4, false), "hello");
+        assert_eq!(strn("hello", 3, false), "hel");
+        // `\n` needs two bytes: with one left it is not started.
+        assert_eq!(strn("a\nb", 2, false), "a");
+        assert_eq!(strn("a\nb", 3, false), "a\\n");
+        assert_eq!(strn("hello", 0, true), "\"hello\"");
+        assert_eq!(strn("ab", 3, true), "\"ab\"");
+        // Cut short: `"...` ends it and the whole is max(len, 5) bytes.
+        assert_eq!(strn("hello world", 8, true), "\"hel\"...");
+        assert_eq!(strn("abcdef", 1, true), "\"\"...");
+        // stap backs up over whole bytes, even into an escape.
+        assert_eq!(strn("a\x01bcdef", 7, true), "\"a\\\"...");
+        let long = "x".repeat(600);
+        assert_eq!(strn(&long, 0, false).len(), 511);
+    }
 }
