@@ -465,9 +465,9 @@ impl Emitter<'_> {
             _ => false,
         };
         if !tracing_program {
-            let family = self.module.probes[self.probe as usize].kind.family();
+            let mechanism = self.module.probes[self.probe as usize].kind.mechanism();
             self.unsupported(format!(
-                "{name}() in {family} probes (bpf_task_from_pid is called from tracing programs only: kernel.trace, and kernel.function where fentry backs it; uprobe programs may not call it)"
+                "{name}() in a probe that runs as {mechanism}: the kernel offers bpf_task_from_pid to tracing programs only (raw tracepoints through tp_btf, fentry/fexit), not to classic tracepoints, kprobes, uprobes or perf events"
             ));
             return false;
         }
