@@ -38,7 +38,7 @@ pub fn run(
         compiling = Instant::now();
         Next::Emit
     };
-    let Some(Compiled { module, object }) =
+    let Some(Compiled { module, mut object }) =
         frontend::compile(args, map, program, kernel, &mut lowered)?
     else {
         return Ok(());
@@ -67,6 +67,7 @@ pub fn run(
     }
 
     check_target_pid(args.target_pid)?;
+    leave_out_unloaded_modules(&module, &mut object, map, args.verbose > 0)?;
     crate::privilege::check(&object)?;
     let http = http_settings(args, &module)?;
     let settings = session::Settings {
@@ -120,6 +121,75 @@ pub fn run(
         stap_runtime::stop::stderr_line("Pass 5: run failed.  [man error::pass5]");
         return Err(Failed);
     }
+    Ok(())
+}
+
+/// Probes into a module compile whether it is loaded or not (its BTF is
+/// read from its file), but attach only to a loaded one. An optional
+/// probe (`?`, `!`) on a module that is not loaded is left out, as stap's
+/// rules for optional probes say; any other is an error naming the module.
+fn leave_out_unloaded_modules(
+    module: &ir::Module,
+    object: &mut bpf::Object,
+    map: &SourceMap,
+    verbose: bool,
+) -> Result<(), Failed> {
+    let module_of = |program: &bpf::Program| match &module.probes.get(program.probe)?.kind {
+        ir::ProbeKind::KernelFunction {
+            module: Some(name),
+            optional,
+            ..
+        } => Some((name.clone(), *optional)),
+        _ => None,
+    };
+    if object.programs.iter().all(|p| module_of(p).is_none()) {
+        return Ok(());
+    }
+    let loaded = stap_runtime::modfile::loaded_modules();
+    let is_loaded = |name: &str| loaded.contains(&stap_runtime::modfile::canonical_name(name));
+    let mut errors = Vec::new();
+    let mut left_out = Vec::new();
+    for program in &object.programs {
+        let Some((name, optional)) = module_of(program) else {
+            continue;
+        };
+        if is_loaded(&name) {
+            continue;
+        }
+        let probe = &module.probes[program.probe];
+        if optional {
+            left_out.push(probe.point.clone());
+            continue;
+        }
+        if errors.iter().any(|(span, _)| *span == probe.span) {
+            continue;
+        }
+        errors.push((probe.span, name));
+    }
+    if !errors.is_empty() {
+        let diags: Vec<_> = errors
+            .into_iter()
+            .map(|(span, name)| {
+                stap_lang::diag::Diagnostic::error(format!(
+                    "module {name} is not loaded; modprobe {name}"
+                ))
+                .at(
+                    span,
+                    "this probe attaches to a function of that module (write `?` after \
+                     the point to leave it out when the module is absent)",
+                )
+            })
+            .collect();
+        return Err(emit(map, &diags));
+    }
+    if verbose {
+        for point in &left_out {
+            errln!("WARNING: probe {point} left out: its module is not loaded");
+        }
+    }
+    object
+        .programs
+        .retain(|p| module_of(p).is_none_or(|(name, _)| is_loaded(&name)));
     Ok(())
 }
 

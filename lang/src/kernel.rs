@@ -289,6 +289,26 @@ pub trait KernelFacts {
 
     fn function(&self, name: &str) -> Result<Option<FunctionProto>, FactsError>;
 
+    /// Makes module `name`'s functions and types known for the questions
+    /// that follow: `Ok(true)` when it is loaded, `Ok(false)` when it is
+    /// not and its BTF was read from its file on disk (as stap compiles
+    /// module probes from debuginfo, loaded or not). `Err` says why
+    /// neither is possible.
+    fn open_module(&self, _name: &str) -> Result<bool, FactsError> {
+        Ok(true)
+    }
+
+    /// Function `name` of module `module` (opened by [`Self::open_module`]).
+    fn module_function(
+        &self,
+        module: &str,
+        name: &str,
+    ) -> Result<Option<FunctionProto>, FactsError> {
+        Ok(self
+            .function(name)?
+            .filter(|proto| proto.module.as_deref() == Some(module)))
+    }
+
     /// What the function tracer can hook; `None` when unknown (tracefs
     /// unreadable, or a kernel without ftrace), and then nothing is
     /// filtered: the kernel's refusal at attach is the test.

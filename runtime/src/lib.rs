@@ -23,6 +23,7 @@ pub mod kernel;
 pub mod ldso;
 pub mod lines;
 pub mod load;
+pub mod modfile;
 pub mod ringbuf;
 pub mod sdt;
 pub mod session;

@@ -269,6 +269,10 @@ pub enum ProbeKind {
         /// The compiler clones (`NAME.isra.0`) the kprobes go on when the
         /// function has no symbol of its own; empty otherwise.
         clones: Vec<String>,
+        /// Written with `?` or `!` (itself or an alias on the way): when
+        /// its module is not loaded at run time, the probe is left out
+        /// instead of failing the run.
+        optional: bool,
     },
     Perf {
         /// `PERF_TYPE_*`.

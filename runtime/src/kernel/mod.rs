@@ -20,7 +20,7 @@ pub use system::{parse_config, parse_release};
 pub use types::SYNTHETIC_BASE;
 
 use system::uname;
-use types::{ModuleBtf, Resolved, Synthetic, is_char_name};
+use types::{DiskModules, ModuleBtf, Resolved, Synthetic, is_char_name};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -86,6 +86,9 @@ pub struct BtfKernel {
     /// Where module BTF lives; only meaningful for the running kernel's BTF.
     module_dir: Option<PathBuf>,
     modules: OnceLock<Vec<ModuleBtf>>,
+    /// Modules that are not loaded, read from their files when a probe
+    /// names them.
+    disk: DiskModules,
     synthetic: Mutex<Vec<Synthetic>>,
     /// User binaries' DWARF, for process probes.
     dwarf: DwarfCache,
@@ -158,11 +161,15 @@ impl BtfKernel {
         let (version, arch) = uname();
         let tracefs = Tracefs::find().ok();
         let features = Features::probe(tracefs.as_ref(), btf.is_some(), &version);
+        // Module files match only the running kernel's own BTF.
+        let release_dir = (module_dir.is_some() && path == Path::new(DEFAULT_VMLINUX))
+            .then(|| Path::new(crate::modfile::MODULES_ROOT).join(&version.release));
         BtfKernel {
             btf,
             btf_path: path.to_path_buf(),
             module_dir: module_dir.map(Path::to_path_buf),
             modules: OnceLock::new(),
+            disk: DiskModules::new(release_dir),
             synthetic: Mutex::new(Vec::new()),
             dwarf: DwarfCache::default(),
             tracefs,
@@ -337,7 +344,7 @@ impl KernelFacts for BtfKernel {
     fn function_names(&self) -> Result<Vec<String>, FactsError> {
         let btf = self.require_btf()?;
         let mut names = Vec::new();
-        let blobs = std::iter::once(btf).chain(self.modules().iter().map(|m| &m.btf));
+        let blobs = std::iter::once(btf).chain(self.all_modules().map(|m| &m.btf));
         for blob in blobs {
             for id in blob.ids_of_kind(Kind::Func) {
                 let record = blob.ty(id).map_err(facts_error)?;
@@ -373,30 +380,38 @@ impl KernelFacts for BtfKernel {
         let Some((scope, func_id)) = self.find_named(Kind::Func, name)? else {
             return Ok(None);
         };
-        let btf = scope.btf;
-        let func = btf.ty(func_id).map_err(facts_error)?;
-        let proto = btf
-            .ty(func.referenced().unwrap_or(0))
-            .map_err(facts_error)?;
-        let params = btf
-            .params(&proto)
+        self.prototype(scope, func_id, name).map(Some)
+    }
+
+    fn open_module(&self, name: &str) -> Result<bool, FactsError> {
+        BtfKernel::open_module(self, name).map_err(FactsError)
+    }
+
+    fn module_function(
+        &self,
+        module: &str,
+        name: &str,
+    ) -> Result<Option<FunctionProto>, FactsError> {
+        let module = crate::modfile::canonical_name(module);
+        let Some(found) = self.all_modules().find(|m| m.name == module) else {
+            return Ok(None);
+        };
+        let Some(func_id) = found
+            .btf
+            .find_by_name(Kind::Func, name)
             .map_err(facts_error)?
-            .into_iter()
-            .map(|p| Param {
-                name: p.name.to_string(),
-                ty: scope.global(p.ty),
-            })
-            .collect();
-        let ret = proto
-            .referenced()
-            .filter(|&r| r != 0)
-            .map(|r| scope.global(r));
-        Ok(Some(FunctionProto {
-            name: name.to_string(),
-            params,
-            ret,
-            module: scope.module.map(|m| m.name.clone()),
-        }))
+        else {
+            return Ok(None);
+        };
+        // A module's own records only: split BTF also finds vmlinux's.
+        if func_id < found.btf.first_id() {
+            return Ok(None);
+        }
+        let scope = types::Scope {
+            btf: &found.btf,
+            module: Some(found),
+        };
+        self.prototype(scope, func_id, name).map(Some)
     }
 
     fn find_type(&self, c_name: &str) -> Result<Option<TypeId>, FactsError> {
@@ -569,7 +584,7 @@ impl KernelFacts for BtfKernel {
             return Vec::new();
         };
         let mut names = Vec::new();
-        let blobs = std::iter::once(btf).chain(self.modules().iter().map(|m| &m.btf));
+        let blobs = std::iter::once(btf).chain(self.all_modules().map(|m| &m.btf));
         for blob in blobs {
             for kind in [Kind::Struct, Kind::Union] {
                 for id in blob.ids_of_kind(kind) {
@@ -584,6 +599,41 @@ impl KernelFacts for BtfKernel {
         names.sort();
         names.dedup();
         names
+    }
+}
+
+impl BtfKernel {
+    /// The prototype of function record `func_id` of `scope`.
+    fn prototype(
+        &self,
+        scope: types::Scope<'_>,
+        func_id: u32,
+        name: &str,
+    ) -> Result<FunctionProto, FactsError> {
+        let btf = scope.btf;
+        let func = btf.ty(func_id).map_err(facts_error)?;
+        let proto = btf
+            .ty(func.referenced().unwrap_or(0))
+            .map_err(facts_error)?;
+        let params = btf
+            .params(&proto)
+            .map_err(facts_error)?
+            .into_iter()
+            .map(|p| Param {
+                name: p.name.to_string(),
+                ty: scope.global(p.ty),
+            })
+            .collect();
+        let ret = proto
+            .referenced()
+            .filter(|&r| r != 0)
+            .map(|r| scope.global(r));
+        Ok(FunctionProto {
+            name: name.to_string(),
+            params,
+            ret,
+            module: scope.module.map(|m| m.name.clone()),
+        })
     }
 }
 

@@ -484,3 +484,136 @@ fn builtin_int_spellings() {
     assert_eq!(canonical("unsigned"), Some(("unsigned int".into(), 4)));
     assert_eq!(canonical("u32"), None);
 }
+
+/// A module file as an ELF relocatable object whose `.BTF` section holds
+/// `btf`, as the kernel build writes one.
+fn module_elf(btf: &[u8]) -> Vec<u8> {
+    use object::write::Object as ElfWriter;
+    use object::{Architecture, BinaryFormat, Endianness, SectionKind};
+    let mut elf = ElfWriter::new(BinaryFormat::Elf, Architecture::X86_64, Endianness::Little);
+    let section = elf.add_section(Vec::new(), b".BTF".to_vec(), SectionKind::Other);
+    elf.append_section_data(section, btf, 1);
+    elf.write().expect("writes ELF")
+}
+
+#[test]
+fn a_module_that_is_not_loaded_is_read_from_its_file() {
+    let dir = std::env::temp_dir().join(format!("stap-rs-modfile-btf-{}", std::process::id()));
+    let release = dir.join("6.12.0-test");
+    std::fs::create_dir_all(release.join("kernel/fs/diskmod")).expect("temp dir");
+    let vmlinux = vmlinux_blob();
+    let base_strings = vmlinux.finish().len() as u32 - 24 - types_len(&vmlinux);
+    let mut module = BtfWriter::split(VMLINUX_TYPES, base_strings);
+    let local = module.composite(KIND_STRUCT, "disk_state", 8, false, &[("count", 3, 0)]); // 27
+    let local_ptr = module.ptr(local); // 28
+    let proto = module.func_proto(1, &[("skb", 11), ("state", local_ptr)]); // 29
+    module.func("disk_rx", proto, Linkage::Global); // 30
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &module_elf(&module.finish())).expect("gzip");
+    std::fs::write(
+        release.join("kernel/fs/diskmod/disk-mod.ko.gz"),
+        gz.finish().expect("gzip"),
+    )
+    .expect("write module");
+
+    let mut kernel = BtfKernel::assemble(
+        Some(Arc::new(
+            Btf::from_bytes(vmlinux.finish()).expect("vmlinux"),
+        )),
+        Path::new("vmlinux"),
+        None,
+    );
+    kernel.disk = DiskModules::new(Some(release.clone()));
+    assert_eq!(kernel.open_module("disk_mod"), Ok(false));
+    // Opened once: the second ask reads nothing.
+    std::fs::remove_dir_all(&dir).expect("clean up");
+    assert_eq!(kernel.open_module("disk-mod"), Ok(false));
+
+    let proto = kernel
+        .module_function("disk_mod", "disk_rx")
+        .expect("reads")
+        .expect("found in the module");
+    assert_eq!(proto.module.as_deref(), Some("disk_mod"));
+    let params: Vec<(String, String)> = proto
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), kernel.type_name(p.ty)))
+        .collect();
+    assert_eq!(
+        params,
+        [
+            ("skb".to_string(), "struct sk_buff *".to_string()),
+            ("state".to_string(), "struct disk_state *".to_string()),
+        ]
+    );
+    // A vmlinux function is not the module's.
+    assert_eq!(kernel.module_function("disk_mod", "tcp_sendmsg"), Ok(None));
+    assert!(kernel.function_names().unwrap().contains(&"disk_rx".into()));
+
+    let missing = kernel.open_module("absent").unwrap_err();
+    assert!(
+        missing.contains("module `absent` is not loaded") && missing.contains("has no file"),
+        "{missing}"
+    );
+}
+
+/// The 6.12 guest kernel's package, unpacked in the VM cache
+/// (tests/vm/run provision), if it is there.
+fn guest_kernel_dir() -> Option<PathBuf> {
+    let cache = std::env::var_os("STAP_RS_VM_CACHE")
+        .map_or_else(|| PathBuf::from("/var/tmp/stap-rs-vm"), PathBuf::from);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cache)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("k-6.12"))
+        })
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
+#[test]
+fn nfsd_of_the_debian_kernel_package_from_its_xz_file() {
+    let Some(kdir) = guest_kernel_dir() else {
+        eprintln!("skipped: no 6.12 kernel package in the VM cache");
+        return;
+    };
+    let release = kdir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("k-"))
+        .expect("k-RELEASE")
+        .to_string();
+    let vmlinux_elf = std::fs::read(kdir.join("vmlinux")).expect("vmlinux");
+    let vmlinux = crate::modfile::btf_section(&vmlinux_elf, &kdir.join("vmlinux")).expect(".BTF");
+    let mut kernel = BtfKernel::assemble(
+        Some(Arc::new(Btf::from_bytes(vmlinux).expect("vmlinux BTF"))),
+        Path::new("vmlinux"),
+        None,
+    );
+    kernel.disk = DiskModules::new(Some(kdir.join("lib/modules").join(&release)));
+    assert_eq!(kernel.open_module("nfsd"), Ok(false));
+    let proto = kernel
+        .module_function("nfsd", "nfsd_unlink")
+        .expect("reads")
+        .expect("nfsd_unlink is in nfsd.ko");
+    let params: Vec<(String, String)> = proto
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), kernel.type_name(p.ty)))
+        .collect();
+    assert_eq!(params[0], ("rqstp".into(), "struct svc_rqst *".into()));
+    assert!(params.iter().any(|(name, _)| name == "fname"), "{params:?}");
+    // Its types are the module's: svc_rqst's members are there.
+    let rqstp = kernel.peel(proto.params[0].ty);
+    let TypeKind::Pointer(target) = kernel.kind(rqstp) else {
+        panic!("rqstp is a pointer");
+    };
+    assert!(
+        find_member(&kernel, target, "rq_xprt").is_some(),
+        "svc_rqst has rq_xprt"
+    );
+}

@@ -3,7 +3,9 @@
 //! above them, and synthetic types (tracefs spellings, DWARF types) from
 //! [`SYNTHETIC_BASE`] up; lookup by C spelling, and C spelling back.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use stap_lang::kernel::{FactsError, TypeId, TypeKind};
 
@@ -24,6 +26,34 @@ pub(super) struct ModuleBtf {
     pub(super) btf: Btf,
     /// The global id of the module's first own type.
     pub(super) first_global: u32,
+}
+
+/// How many modules one run may read from their files (not loaded): the
+/// slots are fixed so that references into them stay valid as more open.
+pub(super) const MAX_DISK_MODULES: usize = 64;
+
+/// Modules read from their files on disk because they are not loaded.
+/// Append-only: `slots` fill in order, under the `index` lock.
+pub(super) struct DiskModules {
+    /// `/lib/modules/RELEASE` (the running kernel's only).
+    pub(super) release_dir: Option<PathBuf>,
+    pub(super) slots: Box<[OnceLock<ModuleBtf>]>,
+    /// Each module asked for: its slot, or why it could not be read.
+    pub(super) index: std::sync::Mutex<HashMap<String, Result<usize, String>>>,
+}
+
+impl DiskModules {
+    pub(super) fn new(release_dir: Option<PathBuf>) -> DiskModules {
+        DiskModules {
+            release_dir,
+            slots: (0..MAX_DISK_MODULES).map(|_| OnceLock::new()).collect(),
+            index: Default::default(),
+        }
+    }
+
+    pub(super) fn opened(&self) -> impl Iterator<Item = &ModuleBtf> {
+        self.slots.iter().map_while(OnceLock::get)
+    }
 }
 
 /// A type [`BtfKernel`] made up because BTF has no record for it.
@@ -109,6 +139,67 @@ impl BtfKernel {
         self.modules.get_or_init(|| self.open_modules())
     }
 
+    /// The loaded modules, then those read from their files.
+    pub(super) fn all_modules(&self) -> impl Iterator<Item = &ModuleBtf> {
+        self.modules().iter().chain(self.disk.opened())
+    }
+
+    /// Makes module `name` known: `Ok(true)` if it is loaded, `Ok(false)`
+    /// if its BTF was read from its file under `/lib/modules/RELEASE`.
+    pub(super) fn open_module(&self, name: &str) -> Result<bool, String> {
+        let name = crate::modfile::canonical_name(name);
+        if self.modules().iter().any(|m| m.name == name) {
+            return Ok(true);
+        }
+        let mut index = self.disk.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(known) = index.get(&name) {
+            return known.clone().map(|_| false);
+        }
+        let slot = index.values().filter(|known| known.is_ok()).count();
+        let opened = self.read_module_file(&name, slot);
+        index.insert(name, opened.clone());
+        opened.map(|_| false)
+    }
+
+    /// Reads module `name`'s file into slot `slot`.
+    fn read_module_file(&self, name: &str, slot: usize) -> Result<usize, String> {
+        let base = self
+            .btf
+            .as_ref()
+            .ok_or_else(|| format!("module `{name}` is not loaded, and there is no kernel BTF"))?;
+        let Some(release_dir) = &self.disk.release_dir else {
+            return Err(format!(
+                "module `{name}` is not loaded (module files are read only for the \
+                 running kernel, not with --btf)"
+            ));
+        };
+        let path = crate::modfile::find(release_dir, name).ok_or_else(|| {
+            format!(
+                "module `{name}` is not loaded, and {} has no file for it",
+                release_dir.display()
+            )
+        })?;
+        let bytes = crate::modfile::module_btf(&path)?;
+        let btf = Btf::split_from_bytes(bytes, Arc::clone(base))
+            .map_err(|e| format!("the BTF of {} is not usable: {e}", path.display()))?;
+        let first_global = self.all_modules().last().map_or(base.last_id() + 1, |m| {
+            m.first_global + m.btf.type_count() as u32
+        });
+        let fits = first_global
+            .checked_add(btf.type_count() as u32)
+            .is_some_and(|end| end < SYNTHETIC_BASE);
+        let cell = self.disk.slots.get(slot).filter(|_| fits).ok_or_else(|| {
+            format!("module `{name}`: too many modules read from disk in one run")
+        })?;
+        cell.set(ModuleBtf {
+            name: name.to_string(),
+            btf,
+            first_global,
+        })
+        .map_err(|_| format!("module `{name}`: slot {slot} was taken"))?;
+        Ok(slot)
+    }
+
     /// Opens every module's split BTF. A module whose BTF does not parse is
     /// left out: its functions are then simply not found.
     pub(super) fn open_modules(&self) -> Vec<ModuleBtf> {
@@ -155,7 +246,7 @@ impl BtfKernel {
         if let Some(id) = btf.find_by_name(kind, name).map_err(facts_error)? {
             return Ok(Some((Scope { btf, module: None }, id)));
         }
-        for module in self.modules() {
+        for module in self.all_modules() {
             if let Some(id) = module.btf.find_by_name(kind, name).map_err(facts_error)? {
                 let scope = Scope {
                     btf: &module.btf,
@@ -187,11 +278,13 @@ impl BtfKernel {
         let (scope, local) = if id <= btf.last_id() {
             (Scope { btf, module: None }, id)
         } else {
-            let found = self.modules.get().and_then(|modules| {
-                modules.iter().find(|m| {
-                    id >= m.first_global && id - m.first_global < m.btf.type_count() as u32
-                })
-            });
+            let found = self
+                .modules
+                .get()
+                .into_iter()
+                .flatten()
+                .chain(self.disk.opened())
+                .find(|m| id >= m.first_global && id - m.first_global < m.btf.type_count() as u32);
             let Some(module) = found else {
                 return Resolved::Bad(format!("unknown type id {id}"));
             };

@@ -78,7 +78,13 @@ impl<'a> Elaborator<'a> {
         }
         let facts = self.facts;
         let wildcard = has_wildcard(spec);
-        let traceable = facts.traceable_functions();
+        // A module that is not loaded is read from its file; ftrace's list
+        // knows only loaded code, so it filters nothing there.
+        let module_loaded = match &module {
+            Some(m) => facts.open_module(m).map_err(|e| facts_error(e, span))?,
+            None => true,
+        };
+        let traceable = facts.traceable_functions().filter(|_| module_loaded);
         let names: Vec<String> = if wildcard {
             let mut all = facts.function_names().map_err(|e| facts_error(e, span))?;
             // Functions known only by their clones (`NAME.isra.0`) match
@@ -109,10 +115,13 @@ impl<'a> Elaborator<'a> {
         // Each function with the clone symbols that stand for it.
         let mut targets: Vec<(FunctionProto, Vec<String>)> = Vec::new();
         for n in &names {
-            let proto = facts.function(n).map_err(|e| facts_error(e, span))?;
+            let proto = match &module {
+                Some(m) => facts.module_function(m, n),
+                None => facts.function(n),
+            }
+            .map_err(|e| facts_error(e, span))?;
             let clones = traceable.map_or(Vec::new(), |t| t.clones_of(n).to_vec());
             let proto = match proto {
-                Some(proto) if module.is_some() && proto.module != module => None,
                 Some(proto) => Some(proto),
                 // No BTF record: a clone's source name still probes it,
                 // without parameters (nothing says where they are).
@@ -212,6 +221,7 @@ impl<'a> Elaborator<'a> {
                 proto,
                 mechanism,
                 clones,
+                optional: false,
             };
             out.push(with_context(
                 plain(kind, "kernel.function", resolved, span),

@@ -307,6 +307,9 @@ impl<'a> Elaborator<'a> {
                             if top {
                                 r.written = render(&with_expansion(&alternative, &r.expanded));
                             }
+                            if let ProbeKind::KernelFunction { optional: o, .. } = &mut r.kind {
+                                *o |= optional;
+                            }
                             if let Some(cond) = &point.condition {
                                 r.conditions.push(cond);
                             }
