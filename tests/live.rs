@@ -62,6 +62,9 @@ mod tapsets;
 #[path = "live/reliability.rs"]
 mod reliability;
 
+#[path = "live/modules.rs"]
+mod modules;
+
 #[path = "live/fleet.rs"]
 mod fleet;
 

@@ -585,11 +585,17 @@ impl BodyLowerer<'_, '_> {
                 let ty = v.ty;
                 Some((AccessBase::Var(v), Cursor::Value(ty)))
             }
-            ast::ExprKind::Cast { ptr, ty, .. } => {
+            ast::ExprKind::Cast { ptr, ty, module } => {
                 // The module/header argument (`kernel<linux/skbuff.h>`) is
-                // accepted and ignored: BTF has every kernel type.
+                // accepted: BTF has every kernel type. A module named in it
+                // (`kernel:nfsd`, `nfsd`) is opened, from its file when it
+                // is not loaded, so its types are found; when it cannot be,
+                // the lookup below says the type is unknown.
                 let ptr = self.expr(ptr);
                 let facts = self.elab.facts;
+                for name in module.iter().flat_map(|m| cast_modules(&m.node)) {
+                    let _ = facts.open_module(name);
+                }
                 // stap takes a bare name too (`"timer_list"`): a struct,
                 // then a union, of that name.
                 let bare = !["struct ", "union ", "enum "]
@@ -879,4 +885,16 @@ impl BodyLowerer<'_, '_> {
             shape,
         })
     }
+}
+
+/// The modules an `@cast` module argument names: `kernel:nfsd:sunrpc`
+/// names two; `kernel`, `kernel<linux/fs.h>` and header lists name none.
+fn cast_modules(text: &str) -> impl Iterator<Item = &str> {
+    text.split(':').filter(|part| {
+        !part.is_empty()
+            && *part != "kernel"
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    })
 }

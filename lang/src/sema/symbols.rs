@@ -95,6 +95,9 @@ pub(crate) struct Elaborator<'a> {
     pub target_program: Option<String>,
     /// Wildcard matches left out because the kernel cannot probe them.
     pub skipped_functions: Vec<hir::SkippedFunctions>,
+    /// How deep inside `?`/`!` points resolution is: their errors are
+    /// dropped, so "did you mean" lists are not worth computing.
+    pub optional_depth: usize,
     /// Errors in alias code that count only if the code survives elision
     /// (`sema::elide`): where the invalid expression is, and the error.
     pub alias_errors: Vec<(crate::source::Span, Diagnostic)>,
@@ -142,6 +145,7 @@ impl<'a> Elaborator<'a> {
             skip_badvars: false,
             target_program: None,
             skipped_functions: Vec::new(),
+            optional_depth: 0,
             alias_errors: Vec::new(),
         }
     }

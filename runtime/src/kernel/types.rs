@@ -173,6 +173,13 @@ impl BtfKernel {
                  running kernel, not with --btf)"
             ));
         };
+        if !release_dir.is_dir() {
+            return Err(format!(
+                "module `{name}` is not loaded, and this kernel has no module files \
+                 ({} does not exist)",
+                release_dir.display()
+            ));
+        }
         let path = crate::modfile::find(release_dir, name).ok_or_else(|| {
             format!(
                 "module `{name}` is not loaded, and {} has no file for it",

@@ -42,7 +42,13 @@ make_initramfs() {
   mkdir -p "$root"/{usr,etc,proc,sys,dev,tmp,run,root,mnt,boot,var/tmp,vmtest/mod}
   ln -s usr/bin "$root/bin"
   ln -s usr/sbin "$root/sbin"
-  ln -s usr/lib "$root/lib"
+  # /lib is a directory of links into the host's /usr/lib, so that the
+  # guest kernel's own /lib/modules/<abi> (from the package) can be
+  # mounted beside them: /usr is the host's, read-only, without it.
+  mkdir "$root/lib"
+  for entry in /usr/lib/*; do
+    [ "${entry##*/}" = modules ] || ln -s "$entry" "$root/lib/${entry##*/}"
+  done
   ln -s usr/lib64 "$root/lib64"
   ln -s ../run "$root/var/run"
   cp /bin/busybox "$root/vmtest/busybox"
@@ -150,6 +156,9 @@ boot_guest() {
   }
   add_share /usr /usr ro
   add_share /etc /etc ro
+  # The kernel's modules where modprobe (and stap-rs, for the BTF of a
+  # module that is not loaded) look for them.
+  add_share "$(kernel_dir "$abi")/lib/modules/$abi" "/lib/modules/$abi" ro
   for dir in "${SAME_PATH_SHARES[@]}"; do add_share "$dir" "$dir" ro; done
   add_share "$out" /vmtest/out rw
   # Tests write into CARGO_TARGET_TMPDIR (target/tmp): give it a tmpfs.

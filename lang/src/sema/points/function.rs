@@ -164,7 +164,12 @@ impl<'a> Elaborator<'a> {
             self.skipped_functions.push(skipped);
         }
         if targets.is_empty() {
-            let all = facts.function_names().unwrap_or_default();
+            // Every kernel and module function name: only worth reading
+            // when the error will be shown.
+            let all = match self.optional_depth {
+                0 => facts.function_names().unwrap_or_default(),
+                _ => Vec::new(),
+            };
             let what = if wildcard {
                 "no kernel function matches"
             } else {

@@ -301,7 +301,10 @@ impl<'a> Elaborator<'a> {
             let mut found = Vec::new();
             for mut alternative in expand(&point.components) {
                 alternative.extend_from_slice(suffix);
-                match self.resolve_one(&alternative, point.span, chain) {
+                self.optional_depth += usize::from(optional);
+                let result = self.resolve_one(&alternative, point.span, chain);
+                self.optional_depth -= usize::from(optional);
+                match result {
                     Ok(mut resolved) => {
                         for r in &mut resolved {
                             if top {

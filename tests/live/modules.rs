@@ -1,0 +1,114 @@
+//! Probes into kernel modules, live: a module that is not loaded is read
+//! from its file under /lib/modules/RELEASE, so its probes compile; running
+//! them stops with an error naming the module, unless the probe is
+//! optional; once the module is loaded they attach and fire. The module is
+//! `dummy` (no dependencies, in Debian's kernels, not loaded by default):
+//! adding a dummy link runs its dummy_dev_init. It needs the module's file
+//! and kprobes or fentry, so in practice the guests run it (tests/vm mounts
+//! the guest kernel's own /lib/modules); elsewhere it skips.
+
+use super::{Session, assert_success, serial};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const MODULE: &str = "dummy";
+const LINK: &str = "stapdummy0";
+
+/// Prints the new link's name and ends the run.
+const SCRIPT: &str = r#"probe module("dummy").function("dummy_dev_init") {
+  printf("init %s\n", kernel_string($dev->name)); exit()
+}"#;
+
+/// The dummy module's file of the running kernel, if there is one.
+fn module_file() -> Option<PathBuf> {
+    let release = Command::new("uname").arg("-r").output().ok()?;
+    let release = String::from_utf8_lossy(&release.stdout).trim().to_string();
+    let dir = Path::new("/lib/modules")
+        .join(release)
+        .join("kernel/drivers/net");
+    ["dummy.ko", "dummy.ko.xz", "dummy.ko.zst", "dummy.ko.gz"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+fn is_loaded(module: &str) -> bool {
+    std::fs::read_to_string("/proc/modules")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.split_whitespace().next() == Some(module))
+}
+
+fn stap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(args)
+        .output()
+        .expect("running stap-rs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn a_module_probe_compiles_unloaded_fails_to_run_unloaded_and_fires_once_loaded() {
+    let _one = serial();
+    let Some(file) = module_file() else {
+        eprintln!("stap-rs-skip: no {MODULE} module file under /lib/modules/$(uname -r)");
+        return;
+    };
+    if is_loaded(MODULE) {
+        // A run before this one loaded it; unload to test from the start.
+        let _ = Command::new("rmmod").arg(MODULE).status();
+    }
+    assert!(
+        !is_loaded(MODULE),
+        "{MODULE} is loaded and cannot be unloaded"
+    );
+
+    // Not loaded: compiles from the module's file...
+    let compiled = stap(&["-p4", "-e", SCRIPT]);
+    let stderr = text(&compiled.stderr);
+    if stderr.contains("cannot be probed") || stderr.contains("needs kprobes") {
+        eprintln!("stap-rs-skip: no kprobes or fentry here: {stderr}");
+        return;
+    }
+    assert!(compiled.status.success(), "-p4 failed:\n{stderr}");
+    // ...but does not run, and says why.
+    let refused = stap(&["-T", "10", "-e", SCRIPT]);
+    let stderr = text(&refused.stderr);
+    assert!(!refused.status.success(), "ran without {MODULE} loaded");
+    assert!(
+        stderr.contains("module dummy is not loaded; modprobe dummy"),
+        "{stderr}"
+    );
+    // An optional probe is left out, and the rest of the script runs.
+    let optional = stap(&[
+        "-T",
+        "10",
+        "-e",
+        r#"probe module("dummy").function("dummy_dev_init") ? { print("fired\n") }
+           probe begin { print("began\n"); exit() }"#,
+    ]);
+    assert!(optional.status.success(), "{}", text(&optional.stderr));
+    assert_eq!(text(&optional.stdout), "began\n");
+
+    // Loaded: the probe attaches and sees the new link.
+    let loaded = Command::new("insmod")
+        .arg(&file)
+        .status()
+        .expect("running insmod");
+    assert!(loaded.success(), "insmod {} failed", file.display());
+    let mut session = Session::start_for(60, &["-e", SCRIPT]);
+    session.wait_ready();
+    let added = Command::new("ip")
+        .args(["link", "add", LINK, "type", "dummy"])
+        .status()
+        .expect("running ip");
+    let done = session.finish();
+    let _ = Command::new("ip").args(["link", "del", LINK]).status();
+    let _ = Command::new("rmmod").arg(MODULE).status();
+    assert!(added.success(), "ip link add {LINK} type dummy failed");
+    assert_success(&done);
+    assert_eq!(done.stdout, format!("init {LINK}\n"));
+}
