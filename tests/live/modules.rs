@@ -112,3 +112,49 @@ fn a_module_probe_compiles_unloaded_fails_to_run_unloaded_and_fires_once_loaded(
     assert_success(&done);
     assert_eq!(done.stdout, format!("init {LINK}\n"));
 }
+
+/// The nfsd module's file, if the running kernel has one.
+fn nfsd_file() -> Option<PathBuf> {
+    let release = Command::new("uname").arg("-r").output().ok()?;
+    let release = String::from_utf8_lossy(&release.stdout).trim().to_string();
+    let dir = Path::new("/lib/modules")
+        .join(release)
+        .join("kernel/fs/nfsd");
+    ["nfsd.ko", "nfsd.ko.xz", "nfsd.ko.zst", "nfsd.ko.gz"]
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Every nfsd.* alias compiles from nfsd's file (the guests do not load
+/// nfsd), with its variables; a run names the module. Firing them needs an
+/// NFS server and client, which the guests do not have.
+#[test]
+fn every_nfsd_alias_compiles_from_the_module_file_and_a_run_names_the_module() {
+    let _one = serial();
+    if nfsd_file().is_none() || is_loaded("nfsd") {
+        eprintln!("stap-rs-skip: needs nfsd's module file, and nfsd not loaded");
+        return;
+    }
+    let script = r#"probe nfsd.entries, nfsd.proc.entries, nfsd.dispatch {
+  printf("%s %s %s\n", name, client_ip, argstr)
+}
+probe nfsd.return, nfsd.proc.return, nfsd.dispatch.return { printf("%s %s\n", name, retstr) }
+probe nfsd.proc.lookup, nfsd.proc.remove { printf("%s %d %d %s\n", filename, uid, gid, __svc_fh(fh)) }
+probe nfsd.proc.read, nfsd.proc.write, nfsd.proc.commit { printf("%d %d %s\n", size, offset, units) }
+probe nfsd.proc.rename, nfsd.rename { printf("%s %s\n", filename, tname) }"#;
+    let compiled = stap(&["-p4", "-e", script]);
+    let stderr = text(&compiled.stderr);
+    if stderr.contains("cannot be probed") || stderr.contains("needs kprobes") {
+        eprintln!("stap-rs-skip: no kprobes or fentry here: {stderr}");
+        return;
+    }
+    assert!(compiled.status.success(), "-p4 failed:\n{stderr}");
+    let refused = stap(&["-T", "10", "-e", script]);
+    assert!(!refused.status.success(), "ran without nfsd loaded");
+    let stderr = text(&refused.stderr);
+    assert!(
+        stderr.contains("module nfsd is not loaded; modprobe nfsd"),
+        "{stderr}"
+    );
+}
