@@ -117,7 +117,7 @@ run_qemu() {
       *) if [ "${ECHO_CONSOLE:-0}" = 1 ] || is_progress_line "$line"; then printf '  %s\n' "$line"; fi ;;
     esac
   done < <(timeout -k 5 "$VM_TIMEOUT" qemu-system-x86_64 \
-    "${accel[@]}" -m "$VM_MEMORY" -smp 2 \
+    "${accel[@]}" -m "$VM_MEMORY" -smp "${VM_CPUS:-2}" \
     -nodefaults -no-user-config -display none -no-reboot \
     -chardev stdio,id=console,signal=off -serial chardev:console \
     "${virtfs[@]}" -pidfile "$RUN_TMP/qemu.pid" \
