@@ -84,7 +84,7 @@ pub fn run(args: &Args) -> Result<(), Failed> {
 
 /// A wildcard's matches the kernel cannot probe are left out, not fatal:
 /// counted always, named with `-v`.
-fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
+pub(crate) fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
     for point in skipped {
         let count = point.skipped.len();
         if verbose {

@@ -551,6 +551,17 @@ fn build(
     }
     let library = front.load_tapsets(args, &mut map)?;
     let program = elaborate(&front, &map, kept, &user, &library, args)?;
+    if let Some(file) = new_file {
+        // What the new input's wildcards skip, named as `-v` names a
+        // script's (the kept inputs' were reported when they were typed).
+        let typed: Vec<_> = program
+            .skipped_functions
+            .iter()
+            .filter(|point| point.span.file == file)
+            .cloned()
+            .collect();
+        crate::driver::report_skipped_functions(&typed, true);
+    }
     // The session's maps outlive this program: string keys keep their full
     // size, so a later program's longer keys still fit.
     let options = pipeline::Options {

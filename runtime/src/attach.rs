@@ -173,21 +173,34 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
     Ok(attached)
 }
 
-/// The order programs are attached in. The kernel runs the kprobe
-/// handlers on one function in the order they were attached, at the entry
-/// and at the return alike (measured in the 6.1 and 6.12 guests, per-function
-/// kprobes and kprobe_multi links mixed). Entry programs go on in script
-/// order and return programs in the reverse, so probes on one function
-/// nest as stap's do: para-callgraph.stp's trigger probe encloses the
-/// trigger function's own traced call and return.
+/// The order programs are attached in, so that probes on one function
+/// nest as stap's do: at the entry the handlers run in script order, at the
+/// return in the reverse (para-callgraph.stp's trigger probe encloses the
+/// trigger function's own traced call and return).
+///
+/// What the kernel runs first, per mechanism (the compiler gives every
+/// handler on one function the same mechanism):
+/// - kprobes: one aggregate kprobe per address, each new kprobe added at
+///   the head of its list, so entry handlers run newest first; a
+///   kretprobe's entry half pushes its return instance in that pass and
+///   the return trampoline pops the last pushed first, so return handlers
+///   run oldest first. Both go on in reverse script order.
+/// - fentry/fexit: one trampoline per function, each new program added at
+///   the head of its kind's list, so both run newest first: fentry goes on
+///   in reverse script order, fexit in script order.
+///
+/// Measured in the 6.12 guest: four probes on `tcp_sendmsg` printed
+/// `A call, B call, B return, A return`, and para-callgraph.stp printed
+/// `tcp_sendmsg`'s own entry and return (docs/callgraph.md).
 fn attach_order(object: &Object) -> Vec<usize> {
-    let kprobe_return = |i: &usize| match object.programs[*i].attach {
-        AttachKind::Kprobe { is_return, .. } | AttachKind::Kprobes { is_return, .. } => is_return,
+    let newest_first = |i: &usize| match object.programs[*i].attach {
+        AttachKind::Kprobe { .. } | AttachKind::Kprobes { .. } => true,
+        AttachKind::Fentry { is_return, .. } => !is_return,
         _ => false,
     };
     let all = 0..object.programs.len();
-    let mut order: Vec<usize> = all.clone().filter(|i| !kprobe_return(i)).collect();
-    order.extend(all.rev().filter(kprobe_return));
+    let mut order: Vec<usize> = all.clone().filter(|i| !newest_first(i)).collect();
+    order.extend(all.rev().filter(newest_first));
     order
 }
 

@@ -207,7 +207,9 @@ pub fn run_with_hooks(
         .unwrap_or(0);
 
     let object = compiled.object;
+    let loading = std::time::Instant::now();
     let loaded = load::load(object).map_err(SessionError::Load)?;
+    let load_ms = loading.elapsed().as_millis();
     let control = match find_map(object, &loaded, |r| matches!(r, MapRole::Control)) {
         Some((fd, value_size)) => Some(Control::new(fd, value_size, target)?),
         None => None,
@@ -249,7 +251,16 @@ pub fn run_with_hooks(
     // After the signal mask, so its threads inherit it.
     let http = procfs::start(compiled.module, settings.http.as_ref())?;
     hooks.loaded(&mut runtime, &|_| true);
+    let attaching = std::time::Instant::now();
     let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
+    if settings.verbose {
+        // Where start-up goes with hundreds of kprobes (docs/callgraph.md).
+        crate::stop::stderr_line(&format!(
+            "Pass 5: loaded {} BPF programs in {load_ms}real ms, attached them in {}real ms.",
+            object.programs.len(),
+            attaching.elapsed().as_millis()
+        ));
+    }
     report_function_sets(&attached, settings.verbose);
 
     let mut session = Session {

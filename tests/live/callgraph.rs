@@ -502,3 +502,140 @@ fn stock_para_callgraph_nests_tcp_calls_under_tcp_sendmsg() {
     assert!(open.is_empty(), "calls left open:\n{}", done.stdout);
     eprintln!("{} calls under tcp_sendmsg", inner.len() / 2);
 }
+
+/// The `skipped NAME: WHY` lines of a `-v` report.
+fn skipped_lines(stderr: &str) -> BTreeSet<String> {
+    stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("skipped "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A wildcard typed at the REPL names the functions it skips, as `-v`
+/// names a script's: the same functions, for the same reasons.
+#[test]
+fn a_wildcard_typed_at_the_repl_names_the_functions_it_skips() {
+    let _one = serial();
+    if skip_without_function_probes() {
+        return;
+    }
+    // A narrow wildcard around one function `tcp_*` skips, so the REPL
+    // attaches a handful of kprobes, not hundreds.
+    let all = stap(&["-v", "-p2", "-e", r#"probe kernel.function("tcp_*") { }"#]);
+    let all = String::from_utf8_lossy(&all.stderr).into_owned();
+    if skipped_lines(&all).is_empty() {
+        eprintln!("stap-rs-skip: this kernel can probe every tcp_* function:\n{all}");
+        return;
+    };
+    // A pattern around a skipped function that still probes something.
+    let candidates = skipped_lines(&all).into_iter().take(5).map(|line| {
+        let name = line["skipped ".len()..]
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        format!("{}*", &name[..name.len().min(8)])
+    });
+    let Some((pattern, expected)) = candidates
+        .map(|pattern| {
+            let probe = format!(r#"probe kernel.function("{pattern}") {{ }}"#);
+            let out = stap(&["-v", "-p2", "-e", &probe]);
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            // `POINT: N of M matching functions probed, K skipped`
+            let probed = stderr
+                .lines()
+                .find(|l| l.contains(" matching functions probed"))
+                .and_then(|l| {
+                    l.rsplit_once(": ")?
+                        .1
+                        .split(' ')
+                        .next()?
+                        .parse::<usize>()
+                        .ok()
+                });
+            let usable = out.status.success() && probed.unwrap_or(0) > 0;
+            (pattern, usable, skipped_lines(&stderr))
+        })
+        .find(|(_, usable, skipped)| *usable && !skipped.is_empty())
+        .map(|(pattern, _, skipped)| (pattern, skipped))
+    else {
+        panic!("no narrow wildcard around tcp_*'s skipped functions probes anything:\n{all}");
+    };
+    let probe = format!(r#"probe kernel.function("{pattern}") {{ }}"#);
+
+    let mut repl = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .arg("-i")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the REPL");
+    {
+        use std::io::Write;
+        let mut stdin = repl.stdin.take().expect("the REPL's stdin");
+        writeln!(stdin, "{probe}\n:probes\n:quit").expect("typing at the REPL");
+    }
+    let out = repl.wait_with_output().expect("the REPL's output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let summary = format!(r#"kernel.function("{pattern}").call: "#);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with(&summary) && l.ends_with(&format!("{} skipped", expected.len()))),
+        "no summary line for {pattern}; stderr:\n{stderr}"
+    );
+    assert_eq!(skipped_lines(&stderr), expected, "stderr:\n{stderr}");
+    // The probe went live all the same.
+    assert!(
+        stdout.contains("attached"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+/// Probes on one function nest, whatever the mechanism: the handlers run
+/// in script order at the entry and in the reverse at the return, as a
+/// trigger probe needs to enclose the traced call (docs/callgraph.md).
+#[test]
+fn probes_on_one_function_nest_in_script_order() {
+    let _one = serial();
+    if skip_without_function_probes() {
+        return;
+    }
+    let trigger = build("trigger");
+    let port = sink();
+    let script = [("A", "call"), ("A", "return"), ("B", "call"), ("B", "return")]
+        .map(|(name, end)| {
+            format!(
+                r#"probe kernel.function("tcp_sendmsg").{end} {{ if (pid() == target()) printf("{name} {end}\n") }}"#
+            )
+        })
+        .join("\n");
+    let command = format!("{} cgnest send {port} 10", trigger.display());
+    let mut ran = 0;
+    for mechanism in ["kprobe", "fentry"] {
+        let flag = format!("--kernel-probes={mechanism}");
+        if !stap(&[&flag, "-p2", "-e", &script]).status.success() {
+            eprintln!("no {mechanism} on this kernel");
+            continue;
+        }
+        let out = stap(&[&flag, "-c", &command, "-e", &script]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mechanism}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(
+            lines,
+            ["A call", "B call", "B return", "A return"],
+            "{mechanism}"
+        );
+        ran += 1;
+    }
+    assert!(ran > 0, "neither kprobes nor fentry can probe tcp_sendmsg");
+}

@@ -81,7 +81,13 @@ fn compile_in(
         role,
     };
     // Before the format table: a shared program may gain symname() calls.
-    let shared = shared_kprobe_programs(module, &mut handlers, options.kernel.kprobe_multi);
+    let contended = contended_functions(module, &handlers);
+    let shared = shared_kprobe_programs(
+        module,
+        &mut handlers,
+        options.kernel.kprobe_multi,
+        &contended,
+    );
     let formats = match format_table(module, &handlers, maps.len() + 4, &options.local_time) {
         Ok(formats) => formats,
         Err(mut errors) => {
@@ -153,7 +159,7 @@ fn compile_in(
                 options
                     .kernel
                     .tracepoint_mechanism(probe_index, options.tracepoint_mechanism),
-                options.kernel.kprobe_multi,
+                options.kernel.kprobe_multi && !is_contended(&probe.kind, &contended),
             ),
             Share::Leader(attach) => Some(attach.clone()),
             Share::Folded => continue,
@@ -222,6 +228,56 @@ enum Share {
     Folded,
 }
 
+/// Kernel functions, with a direction (`true` for returns), that two or
+/// more probe statements reach by kprobe: `para-callgraph.stp`'s trigger
+/// `tcp_sendmsg` inside its `tcp_*` wildcard.
+///
+/// The order of such handlers is the script's (entries in script order,
+/// returns in the reverse, so probes on one function nest) only if the
+/// kernel keeps them in one list: each per-function kprobe joins the
+/// function's one aggregate kprobe, while each kprobe_multi link is an
+/// ftrace_ops of its own, run before or after that aggregate depending on
+/// when the kernel registered each. So every handler on a contended
+/// function is a per-function kprobe (never folded into a shared program's
+/// kprobe_multi link) and the attacher orders them.
+type Contended = hashbrown::HashSet<(String, bool)>;
+
+fn contended_functions(module: &Module, handlers: &[(usize, Function)]) -> Contended {
+    let mut statements: HashMap<(String, bool), Vec<crate::source::Span>> = HashMap::new();
+    for (index, _) in handlers {
+        let probe = &module.probes[*index];
+        if let Some(key) = kprobe_target(&probe.kind) {
+            let spans = statements.entry(key).or_default();
+            if !spans.contains(&probe.span) {
+                spans.push(probe.span);
+            }
+        }
+    }
+    statements
+        .into_iter()
+        .filter(|(_, spans)| spans.len() > 1)
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// The kernel function and direction a kprobe handler reaches.
+fn kprobe_target(kind: &ProbeKind) -> Option<(String, bool)> {
+    match kind {
+        ProbeKind::KernelFunction {
+            name,
+            is_return,
+            module: None,
+            mechanism: FunctionMechanism::Kprobe,
+            ..
+        } => Some((name.clone(), *is_return)),
+        _ => None,
+    }
+}
+
+fn is_contended(kind: &ProbeKind, contended: &Contended) -> bool {
+    kprobe_target(kind).is_some_and(|key| contended.contains(&key))
+}
+
 /// The kprobe handlers of one wildcard probe that can share a program: the
 /// same probe statement and direction, and the same code once inlined (so
 /// no argument whose type or register differs between functions). Loading
@@ -238,19 +294,15 @@ fn shared_kprobe_programs(
     module: &Module,
     handlers: &mut [(usize, Function)],
     multi: bool,
+    contended: &Contended,
 ) -> Vec<Share> {
     // A function known by its clones keeps its own program: the shared
     // one's `ppfunc()` would name the clone's symbol, not the function.
+    // So does a contended one (see `contended_functions`).
     let kprobe = |index: usize| match &module.probes[index].kind {
-        ProbeKind::KernelFunction {
-            name,
-            is_return,
-            module: None,
-            mechanism: FunctionMechanism::Kprobe,
-            clones,
-            ..
-        } if clones.is_empty() => Some((name.clone(), *is_return)),
-        _ => None,
+        ProbeKind::KernelFunction { clones, .. } if !clones.is_empty() => None,
+        kind if is_contended(kind, contended) => None,
+        kind => kprobe_target(kind),
     };
     let same_code = |a: &Function, b: &Function| {
         a.blocks == b.blocks

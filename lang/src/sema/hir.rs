@@ -139,6 +139,8 @@ pub struct Program {
 pub struct SkippedFunctions {
     /// The point, as written: `kernel.function("tcp_*").call`.
     pub point: String,
+    /// Where the point is written (the REPL reports only its new input's).
+    pub span: Span,
     /// How many functions the wildcard matched, the skipped ones included.
     pub matched: usize,
     /// Each skipped function, with why.

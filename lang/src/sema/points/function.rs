@@ -109,6 +109,7 @@ impl<'a> Elaborator<'a> {
         });
         let mut skipped = SkippedFunctions {
             point: format!("{place}function({}){suffix}", quote_string(spec)),
+            span,
             matched: names.len(),
             skipped: Vec::new(),
         };
