@@ -283,7 +283,9 @@ fn syscall_pipe_shows_flags_and_the_descriptors_at_the_return() {
     let path = target.display().to_string();
     let script = r#"probe syscall.pipe { if (pid() == target()) printf("%s %d %s %s\n", name, flags, flag_str, argstr) }
 probe syscall.pipe.return { if (pid() == target()) printf("%s %s %d %d\n", name, retstr, pipe0, pipe1) }"#;
-    let done = Session::start(&["-c", &path, "-e", script]).finish();
+    // Compiling the syscall tapset takes long in a TCG guest.
+    let done = Session::start(&["-c", &path, "-e", script])
+        .finish_within(std::time::Duration::from_secs(240));
     assert_success(&done);
     // The program's own line (four numbers) may come before or after
     // the probes' lines.
