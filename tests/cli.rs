@@ -307,6 +307,30 @@ fn kernel_function_without_a_mechanism_says_why() {
     assert_ok(&optional);
 }
 
+/// Source files and lines come from the kernel's DWARF: where none is
+/// installed, the error says so and where it looked.
+#[test]
+fn kernel_source_file_probes_without_dwarf_say_where_they_looked() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    let debug = format!("/usr/lib/debug/boot/vmlinux-{release}");
+    if std::path::Path::new(&debug).exists() || std::env::var_os("STAP_RS_KERNEL_DWARF").is_some() {
+        eprintln!("skipped: this kernel's DWARF is installed");
+        return;
+    }
+    for point in [
+        r#"kernel.function("*@fs/proc*.c")"#,
+        r#"kernel.statement("vfs_read@fs/read_write.c:*")"#,
+    ] {
+        let out = stap(&["-p2", "-e", &format!("probe {point} {{ }}")]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(err.contains("needs the kernel's DWARF"), "{err}");
+        assert!(err.contains(&debug), "{err}");
+        assert!(err.contains("STAP_RS_KERNEL_DWARF"), "{err}");
+    }
+}
+
 /// SystemTap's own corpus (`../shared/stap-corpus`, or `$STAP_CORPUS`),
 /// when present.
 fn stap_corpus() -> Option<std::path::PathBuf> {

@@ -44,6 +44,9 @@ mod identity;
 #[path = "live/callgraph.rs"]
 mod callgraph;
 
+#[path = "live/kernel_dwarf.rs"]
+mod kernel_dwarf;
+
 #[path = "live/try_catch.rs"]
 mod try_catch;
 

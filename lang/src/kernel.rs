@@ -106,6 +106,54 @@ pub struct FunctionProto {
     pub module: Option<String>,
 }
 
+/// Which lines of a `kernel.statement("FUNC@FILE:LINES")`: `*` (every
+/// line of the function), `N`, or `N-M`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineSelector {
+    Every,
+    Range(u64, u64),
+}
+
+impl LineSelector {
+    /// `*`, `N` or `N-M`; `None` for anything else.
+    pub fn parse(text: &str) -> Option<LineSelector> {
+        if text == "*" {
+            return Some(LineSelector::Every);
+        }
+        let (from, to) = text.split_once('-').unwrap_or((text, text));
+        let (from, to) = (from.trim().parse().ok()?, to.trim().parse().ok()?);
+        (from <= to).then_some(LineSelector::Range(from, to))
+    }
+
+    pub fn contains(self, line: u64) -> bool {
+        match self {
+            LineSelector::Every => true,
+            LineSelector::Range(from, to) => (from..=to).contains(&line),
+        }
+    }
+}
+
+/// A kernel function found through DWARF by its source file
+/// (`kernel.function("F@FILE")`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFunction {
+    pub name: String,
+    /// The file that declares it, as its compilation unit names it.
+    pub file: String,
+    /// Its `DW_AT_decl_line`, 0 when DWARF gives none.
+    pub line: u64,
+}
+
+/// One source line of a kernel function as a probe address: the first
+/// instruction of the line, as an offset from the function's symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelLine {
+    pub function: String,
+    pub offset: u64,
+    pub file: String,
+    pub line: u64,
+}
+
 /// The kernel functions the function tracer can hook, as ftrace lists them
 /// (`available_filter_functions`): what fentry, kprobe_multi and a
 /// wildcard's expansion accept. A function BTF names may be absent here
@@ -242,6 +290,10 @@ impl fmt::Display for FactsError {
     }
 }
 
+/// Why a facts source without a kernel DWARF reader cannot resolve a
+/// source file or line.
+pub const NO_KERNEL_DWARF: &str = "no kernel DWARF reader in this build";
+
 pub trait KernelFacts {
     fn version(&self) -> KernelVersion;
 
@@ -356,6 +408,34 @@ pub trait KernelFacts {
     fn user_statement(&self, path: &str, spec: &str) -> Result<Option<u64>, FactsError> {
         let _ = (path, spec);
         Ok(None)
+    }
+
+    /// `kernel.function("F@FILE")`: the functions with code whose names
+    /// match the glob F, declared in a source file that matches the glob
+    /// FILE (stap's rule: the pattern, or the pattern after any leading
+    /// directories), from the running kernel's DWARF. `Err` says why
+    /// there is no DWARF to read (where it was looked for).
+    fn kernel_source_functions(
+        &self,
+        function: &str,
+        file: &str,
+    ) -> Result<Vec<SourceFunction>, FactsError> {
+        let _ = (function, file);
+        Err(FactsError(NO_KERNEL_DWARF.to_string()))
+    }
+
+    /// `kernel.statement("F@FILE:LINES")`: for each function F matches
+    /// (as in [`KernelFacts::kernel_source_functions`]), the first
+    /// instruction of each selected line of FILE in the function's body,
+    /// from the DWARF line table; by function, then line.
+    fn kernel_lines(
+        &self,
+        function: &str,
+        file: &str,
+        lines: LineSelector,
+    ) -> Result<Vec<KernelLine>, FactsError> {
+        let _ = (function, file, lines);
+        Err(FactsError(NO_KERNEL_DWARF.to_string()))
     }
 
     /// The SDT marker sites of the user-space binary at `path` (its

@@ -667,7 +667,30 @@ pub struct FakeKernel {
     user_functions: Vec<(String, FunctionProto)>,
     /// ftrace's list; `None` (unknown) unless a test sets it.
     traceable: Option<crate::kernel::TraceableFunctions>,
+    /// Whether the kernel's DWARF ([`SOURCE_LINES`]) is installed.
+    dwarf: bool,
 }
+
+/// One function of the fake kernel's DWARF: name, declaring file,
+/// declaration line, and `(line, offset)` of its lines.
+pub type SourceLines = (&'static str, &'static str, u64, &'static [(u64, u64)]);
+
+/// The fake kernel's DWARF (with [`FakeKernel::with_dwarf`]).
+pub const SOURCE_LINES: &[SourceLines] = &[
+    (
+        "tcp_sendmsg",
+        "net/ipv4/tcp.c",
+        1360,
+        &[(1360, 0), (1364, 0x12), (1365, 0x2c)],
+    ),
+    (
+        "tcp_recvmsg",
+        "net/ipv4/tcp.c",
+        2900,
+        &[(2900, 0), (2905, 0x1a)],
+    ),
+    ("tcp_v4_connect", "net/ipv4/tcp_ipv4.c", 199, &[(199, 0)]),
+];
 
 impl Default for FakeKernel {
     fn default() -> Self {
@@ -712,6 +735,7 @@ impl FakeKernel {
             functions: Vec::new(),
             user_functions: Vec::new(),
             traceable: None,
+            dwarf: false,
         };
         kernel.load_tables();
         kernel
@@ -767,6 +791,33 @@ impl FakeKernel {
 
     /// The same kernel with ftrace's list of hookable functions: `name`
     /// or `name [module]` lines, as `available_filter_functions` has them.
+    /// Installs the kernel's DWARF: [`SOURCE_LINES`].
+    pub fn with_dwarf(mut self) -> Self {
+        self.dwarf = true;
+        self
+    }
+
+    /// [`SOURCE_LINES`] whose function matches `function` and whose file
+    /// matches `file` (stap's rule: also after leading directories).
+    fn source_lines(
+        &self,
+        function: &str,
+        file: &str,
+    ) -> Result<Vec<&'static SourceLines>, FactsError> {
+        if !self.dwarf {
+            return Err(FactsError(
+                "no DWARF for the running kernel 6.18.0-test (fake)".to_string(),
+            ));
+        }
+        let glob = crate::sema::glob_match;
+        Ok(SOURCE_LINES
+            .iter()
+            .filter(|(f, path, ..)| {
+                glob(function, f) && (glob(file, path) || glob(&format!("*/{file}"), path))
+            })
+            .collect())
+    }
+
     pub fn with_traceable(mut self, lines: &[&str]) -> Self {
         self.traceable = Some(crate::kernel::TraceableFunctions::from_lines(
             lines.iter().copied(),
@@ -1010,6 +1061,42 @@ const SYSCALLS: &[(u32, &str)] = &[
 impl KernelFacts for FakeKernel {
     fn version(&self) -> KernelVersion {
         self.version.clone()
+    }
+
+    fn kernel_source_functions(
+        &self,
+        function: &str,
+        file: &str,
+    ) -> Result<Vec<crate::kernel::SourceFunction>, FactsError> {
+        Ok(self
+            .source_lines(function, file)?
+            .into_iter()
+            .map(|(name, file, line, _)| crate::kernel::SourceFunction {
+                name: name.to_string(),
+                file: file.to_string(),
+                line: *line,
+            })
+            .collect())
+    }
+
+    fn kernel_lines(
+        &self,
+        function: &str,
+        file: &str,
+        lines: crate::kernel::LineSelector,
+    ) -> Result<Vec<crate::kernel::KernelLine>, FactsError> {
+        let mut out = Vec::new();
+        for (name, path, _, rows) in self.source_lines(function, file)? {
+            for (line, offset) in rows.iter().filter(|(line, _)| lines.contains(*line)) {
+                out.push(crate::kernel::KernelLine {
+                    function: name.to_string(),
+                    offset: *offset,
+                    file: path.to_string(),
+                    line: *line,
+                });
+            }
+        }
+        Ok(out)
     }
 
     fn syscalls(&self) -> Vec<(u32, String)> {

@@ -151,8 +151,9 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             }
             AttachKind::Kprobe {
                 function,
+                offset,
                 is_return,
-            } => kprobe(fd.as_fd(), function, *is_return)
+            } => kprobe(fd.as_fd(), function, *offset, *is_return)
                 .map(|(event, link)| (vec![event], link))
                 .map_err(error)?,
             other => (attach_one(other, fd.as_fd()).map_err(error)?, None),
@@ -220,8 +221,9 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
         } => perf_event(prog, *perf_type, *config, *sample_period, *frequency),
         AttachKind::Kprobe {
             function,
+            offset,
             is_return,
-        } => kprobe(prog, function, *is_return).map(|(event, link)| {
+        } => kprobe(prog, function, *offset, *is_return).map(|(event, link)| {
             let mut fds = vec![event];
             fds.extend(link);
             fds
@@ -409,6 +411,7 @@ fn probe_pmu(name: &str) -> io::Result<(u32, u64)> {
 fn kprobe(
     prog: BorrowedFd,
     function: &str,
+    offset: u64,
     is_return: bool,
 ) -> Result<(OwnedFd, Option<OwnedFd>), String> {
     let (perf_type, retprobe) = probe_pmu("kprobe").map_err(|_| {
@@ -422,10 +425,14 @@ fn kprobe(
         config: if is_return { retprobe } else { 0 },
         sample_period: 1,
         probe_name: Some(function.to_string()),
-        probe_offset: 0,
+        probe_offset: offset,
         ..PerfEvent::default()
     };
-    let what = format!("kprobe on {function}");
+    let what = if offset == 0 {
+        format!("kprobe on {function}")
+    } else {
+        format!("kprobe on {function}+{offset:#x}")
+    };
     let hint = |e: String| {
         if e.contains("ENOENT") || e.contains("EINVAL") || e.contains("EADDRNOTAVAIL") {
             format!("{e}; is {function} a traceable (non-inlined, non-notrace) kernel function?")
@@ -472,7 +479,7 @@ fn kprobe_set(
     } else {
         set.mechanism = "kprobes";
         for function in functions {
-            match kprobe(prog, function, is_return) {
+            match kprobe(prog, function, 0, is_return) {
                 Ok((event, link)) => {
                     fds.push(event);
                     fds.extend(link);

@@ -19,6 +19,7 @@ pub mod features;
 pub mod host;
 pub mod http;
 pub mod jit;
+pub mod kdwarf;
 pub mod kernel;
 pub mod ldso;
 pub mod lines;

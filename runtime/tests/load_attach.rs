@@ -261,6 +261,7 @@ fn missing_targets_are_named_errors() {
     let object = counter_object(
         AttachKind::Kprobe {
             function: "tcp_v4_connect".into(),
+            offset: 0,
             is_return: false,
         },
         false,

@@ -71,8 +71,12 @@ impl AttachKind {
             AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
             AttachKind::Kprobe {
                 function,
+                offset: 0,
                 is_return,
             } => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
+            AttachKind::Kprobe {
+                function, offset, ..
+            } => format!("kernel.statement(\"{function}+{offset:#x}\")"),
             AttachKind::Kprobes {
                 functions,
                 is_return,

@@ -268,6 +268,8 @@ fn kprobe_target(kind: &ProbeKind) -> Option<(String, bool)> {
             is_return,
             module: None,
             mechanism: FunctionMechanism::Kprobe,
+            // A kernel.statement line is not the function's entry.
+            offset: 0,
             ..
         } => Some((name.clone(), *is_return)),
         _ => None,
@@ -742,6 +744,7 @@ fn attach_kind(
             module,
             mechanism,
             clones,
+            offset,
             ..
         } => match mechanism {
             FunctionMechanism::Fentry => AttachKind::Fentry {
@@ -753,10 +756,12 @@ fn attach_kind(
             FunctionMechanism::Kprobe => match clones.as_slice() {
                 [] => AttachKind::Kprobe {
                     function: name.clone(),
+                    offset: *offset,
                     is_return: *is_return,
                 },
                 [clone] => AttachKind::Kprobe {
                     function: clone.clone(),
+                    offset: 0,
                     is_return: *is_return,
                 },
                 clones => AttachKind::Kprobes {

@@ -143,23 +143,19 @@ pub struct Object {
 #[derive(Debug, Clone, PartialEq)]
 pub enum AttachKind {
     /// `BPF_PROG_TYPE_RAW_TRACEPOINT`, attached with `BPF_RAW_TRACEPOINT_OPEN`.
-    RawTracepoint {
-        name: String,
-    },
+    RawTracepoint { name: String },
     /// `BPF_PROG_TYPE_TRACING` with `expected_attach_type`
     /// `BPF_TRACE_RAW_TP`, loaded against the `btf_trace_NAME` typedef and
     /// attached with `BPF_RAW_TRACEPOINT_OPEN` (no name: the target is the
     /// program's).
-    TpBtf {
-        name: String,
-    },
+    TpBtf { name: String },
     /// `BPF_PROG_TYPE_TRACEPOINT` through a perf event on the tracefs id.
-    Tracepoint {
-        system: String,
-        name: String,
-    },
+    Tracepoint { system: String, name: String },
+    /// A kprobe on `function` plus `offset` (a `kernel.statement` line;
+    /// 0 at the entry).
     Kprobe {
         function: String,
+        offset: u64,
         is_return: bool,
     },
     /// `BPF_PROG_TYPE_TRACING` with `expected_attach_type` FENTRY/FEXIT.

@@ -250,6 +250,10 @@ const BUILTINS: &[Builtin] = &[
     both("symname", &[L], STRING, "Symbol name of a kernel address"),
     both("symdata", &[L], STRING, "Symbol, offset and size of a kernel address: name+0x12/0x40"),
     both("modname", &[L], STRING, "Module name of a kernel address"),
+    // Source lines come from the kernel's DWARF, read on the host.
+    host_only("symfileline", &[L], STRING, "Source file:line of a kernel address, from the kernel's DWARF (the address in hex when unknown)"),
+    host_only("symfile", &[L], STRING, "Source file of a kernel address, from the kernel's DWARF (the address in hex when unknown)"),
+    host_only("symline", &[L], STRING, "Source line of a kernel address, from the kernel's DWARF (the address in hex when unknown)"),
     both("print_backtrace", &[], VOID, "Print the kernel stack of the probe, symbolized (host probes have none)"),
     both("backtrace", &[], STRING, "Kernel stack of the probe as hex addresses (host probes have none)"),
     both("sprint_backtrace", &[], STRING, "Kernel stack of the probe, symbolized, as a string (host probes have none)"),

@@ -275,6 +275,9 @@ pub enum ProbeKind {
         /// its module is not loaded at run time, the probe is left out
         /// instead of failing the run.
         optional: bool,
+        /// `kernel.statement`: the line's first instruction as an offset
+        /// from the function's symbol (a kprobe there); 0 at the entry.
+        offset: u64,
     },
     Perf {
         /// `PERF_TYPE_*`.
@@ -370,8 +373,12 @@ impl ProbeKind {
                 mechanism,
                 is_return,
                 clones,
+                offset,
                 ..
             } => {
+                if *offset != 0 {
+                    return format!("kprobe at offset {offset:#x}");
+                }
                 let how = match (mechanism, is_return) {
                     (FunctionMechanism::Fentry, false) => "fentry",
                     (FunctionMechanism::Fentry, true) => "fexit",

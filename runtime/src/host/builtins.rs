@@ -84,6 +84,9 @@ pub const TABLE: &[&str] = &[
     "__procfs_value",
     "__procfs_set",
     "__procfs_append",
+    "symfileline",
+    "symfile",
+    "symline",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -312,6 +315,18 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "symname" => s(rt.symbols.name(long(args, 0) as u64).into_bytes()),
         "symdata" => s(rt.symbols.data(long(args, 0) as u64).into_bytes()),
         "modname" => s(rt.symbols.module(long(args, 0) as u64).into_bytes()),
+        "symfileline" | "symfile" | "symline" => {
+            let addr = long(args, 0) as u64;
+            let text = match rt.symbols.file_line(addr) {
+                Some((file, line)) => match name {
+                    "symfileline" => format!("{file}:{line}"),
+                    "symfile" => file,
+                    _ => line.to_string(),
+                },
+                None => format!("0x{addr:x}"),
+            };
+            s(text.into_bytes())
+        }
         "enum_name" => {
             let enum_type = String::from_utf8_lossy(bytes(args, 0)).into_owned();
             s(rt.enums.name(&enum_type, long(args, 1)).into_bytes())

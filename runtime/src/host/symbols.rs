@@ -45,6 +45,9 @@ pub struct Symbols {
     table: Option<Table>,
     /// A read started by [`Symbols::preload`], joined on first use.
     loading: Option<JoinHandle<Table>>,
+    /// The running kernel's DWARF for `symfileline`, opened on first use
+    /// (`Err`: none, not looked for again).
+    dwarf: Option<Result<crate::kdwarf::KernelDwarf, String>>,
 }
 
 impl Default for Symbols {
@@ -64,7 +67,29 @@ impl Symbols {
             path: path.into(),
             table: None,
             loading: None,
+            dwarf: None,
         }
+    }
+
+    /// `symfileline`: the source file and line of a kernel address, from
+    /// the running kernel's DWARF; `None` when there is none, or the
+    /// address is in a module or in no function it describes. Run-time
+    /// addresses are moved back to link time by the distance of `_text`
+    /// (KASLR).
+    pub fn file_line(&mut self, addr: u64) -> Option<(String, u64)> {
+        let in_module = self.lookup(addr).is_some_and(|f| f.module.is_some());
+        if in_module {
+            return None;
+        }
+        let dwarf = self
+            .dwarf
+            .get_or_insert_with(crate::kdwarf::KernelDwarf::running)
+            .as_ref()
+            .ok()?;
+        let linked = dwarf.symbol_address("_text")?;
+        let loaded = kallsyms_address(&self.path, "_text")?;
+        let address = addr.checked_sub(loaded)?.checked_add(linked)?;
+        dwarf.address_line(address).ok().flatten()
     }
 
     /// Starts reading the table on another thread. The kernel takes tens
@@ -169,6 +194,17 @@ impl Symbols {
         }
         self.table.as_ref()?.lookup(addr)
     }
+}
+
+/// The address kallsyms gives `name` (`_text`), read from its first lines.
+fn kallsyms_address(path: &std::path::Path, name: &str) -> Option<u64> {
+    use std::io::BufRead;
+    let file = std::io::BufReader::new(std::fs::File::open(path).ok()?);
+    file.lines().map_while(Result::ok).find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+        (fields.nth(1)? == name).then_some(address)
+    })
 }
 
 impl Table {

@@ -28,13 +28,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::kernel::{
-    ClassicField, FactsError, FunctionProto, KernelFacts, KernelVersion, Mechanism, Mechanisms,
-    Member, Param, TraceableFunctions, Tracepoint, TracepointArgs, TypeId, TypeKind,
+    ClassicField, FactsError, FunctionProto, KernelFacts, KernelLine, KernelVersion, LineSelector,
+    Mechanism, Mechanisms, Member, Param, SourceFunction, TraceableFunctions, Tracepoint,
+    TracepointArgs, TypeId, TypeKind,
 };
 
 use crate::btf::{Btf, BtfError, Kind};
 use crate::dwarf::{DwarfCache, DwarfError};
 use crate::features::{Availability, Features};
+use crate::kdwarf::KernelDwarf;
 use crate::tracefs::{FormatField, Tracefs, TracefsError};
 
 /// Where the running kernel publishes its BTF; modules' BTF sits beside it.
@@ -99,6 +101,8 @@ pub struct BtfKernel {
     features: Features,
     /// ftrace's hookable functions, read on first use.
     traceable: OnceLock<Option<TraceableFunctions>>,
+    /// The running kernel's DWARF, found and indexed on first use.
+    kernel_dwarf: OnceLock<Result<Arc<KernelDwarf>, String>>,
 }
 
 impl fmt::Debug for BtfKernel {
@@ -178,7 +182,17 @@ impl BtfKernel {
             config: OnceLock::new(),
             features,
             traceable: OnceLock::new(),
+            kernel_dwarf: OnceLock::new(),
         }
+    }
+
+    /// The running kernel's DWARF (see [`crate::kdwarf`]), found, checked
+    /// against the running build and indexed on first use.
+    pub fn kernel_dwarf(&self) -> Result<&Arc<KernelDwarf>, &str> {
+        self.kernel_dwarf
+            .get_or_init(|| KernelDwarf::running().map(Arc::new))
+            .as_ref()
+            .map_err(String::as_str)
     }
 
     /// The vmlinux BTF, if any.
@@ -541,6 +555,25 @@ impl KernelFacts for BtfKernel {
 
     fn user_paths(&self, pattern: &str) -> Vec<String> {
         crate::sdt::user_paths(pattern)
+    }
+
+    fn kernel_source_functions(
+        &self,
+        function: &str,
+        file: &str,
+    ) -> Result<Vec<SourceFunction>, FactsError> {
+        let dwarf = self.kernel_dwarf().map_err(|e| FactsError(e.to_string()))?;
+        dwarf.source_functions(function, file).map_err(FactsError)
+    }
+
+    fn kernel_lines(
+        &self,
+        function: &str,
+        file: &str,
+        lines: LineSelector,
+    ) -> Result<Vec<KernelLine>, FactsError> {
+        let dwarf = self.kernel_dwarf().map_err(|e| FactsError(e.to_string()))?;
+        dwarf.lines(function, file, lines).map_err(FactsError)
     }
 
     fn user_statement(&self, path: &str, spec: &str) -> Result<Option<u64>, FactsError> {

@@ -160,6 +160,9 @@ boot_guest() {
   # module that is not loaded) look for them.
   add_share "$(kernel_dir "$abi")/lib/modules/$abi" "/lib/modules/$abi" ro
   for dir in "${SAME_PATH_SHARES[@]}"; do add_share "$dir" "$dir" ro; done
+  # The kernel's DWARF where `provision --dbg` fetched it, at stap's
+  # /boot/vmlinux-<abi> (the guest's / is its initramfs).
+  [ -d "$VM_CACHE/dbg-$abi" ] && add_share "$VM_CACHE/dbg-$abi" /boot ro
   add_share "$out" /vmtest/out rw
   # Tests write into CARGO_TARGET_TMPDIR (target/tmp): give it a tmpfs.
   mkdir -p "$TARGET_DIR/tmp"

@@ -9,6 +9,8 @@
 #   k-<abi>/vmlinux            the ELF booted through its PVH entry note
 #   k-<abi>/modules            the package's lib/modules/<abi> directory (symlink)
 #   k-<abi>/modidx             "name path" per module, for dependency resolution
+#   dbg-<abi>/vmlinux-<abi>    the kernel's DWARF (optional: `provision --dbg`),
+#                              shared to the guest as /boot/vmlinux-<abi>
 
 # The host tools the harness itself needs.
 ensure_host_tools() {
@@ -134,10 +136,41 @@ prepare_kernel() {
   fi
 }
 
-# `tests/vm/run provision [KERNEL...]`: installs the tools and (re)resolves
-# and fetches the kernels, so a security update's new ABI is picked up.
+# The kernel's DWARF, from Debian's linux-image-<abi>-dbg (about 1 GB to
+# download; only its vmlinux, ~350 MB, is kept), for the kernel.statement
+# and `function("F@FILE")` tests, which skip without it.
+fetch_kernel_dbg() {
+  local abi=$1 dir debs deb
+  dir="$VM_CACHE/dbg-$abi"
+  [ -f "$dir/vmlinux-$abi" ] && return 0
+  debs="$VM_CACHE/debs"
+  mkdir -p "$debs"
+  deb=$(find "$debs" -maxdepth 1 -name "linux-image-${abi}-dbg_*.deb" -print -quit)
+  if [ -z "$deb" ]; then
+    log "apt-get download linux-image-$abi-dbg"
+    (cd "$debs" && apt-get download -qq -o APT::Sandbox::User=root "linux-image-$abi-dbg" >&2) \
+      || die "apt-get download linux-image-$abi-dbg failed"
+    deb=$(find "$debs" -maxdepth 1 -name "linux-image-${abi}-dbg_*.deb" -print -quit)
+  fi
+  log "extracting vmlinux-$abi from $(basename "$deb")"
+  rm -rf "$dir.tmp"
+  mkdir -p "$dir.tmp"
+  dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$dir.tmp" "./usr/lib/debug/boot/vmlinux-$abi" \
+    || die "no usr/lib/debug/boot/vmlinux-$abi in $deb"
+  mv "$dir.tmp/usr/lib/debug/boot/vmlinux-$abi" "$dir.tmp/"
+  rm -rf "$dir.tmp/usr" "$dir"
+  mv "$dir.tmp" "$dir"
+}
+
+# `tests/vm/run provision [--dbg] [KERNEL...]`: installs the tools and
+# (re)resolves and fetches the kernels, so a security update's new ABI is
+# picked up; `--dbg` also fetches each kernel's DWARF.
 provision() {
-  local alias abi
+  local alias abi dbg=""
+  if [ "${1:-}" = --dbg ]; then
+    dbg=1
+    shift
+  fi
   ensure_host_tools
   apt_update_once
   [ $# -gt 0 ] || set -- "${VM_DEFAULT_KERNELS[@]}"
@@ -145,5 +178,9 @@ provision() {
     abi=$(resolve_kernel "$alias" refresh)
     prepare_kernel "$abi"
     echo "$alias -> $abi ($(kernel_dir "$abi")/vmlinux)"
+    if [ -n "$dbg" ]; then
+      fetch_kernel_dbg "$abi"
+      echo "$alias -> DWARF $VM_CACHE/dbg-$abi/vmlinux-$abi"
+    fi
   done
 }

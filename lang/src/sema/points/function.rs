@@ -6,9 +6,12 @@ use super::{
     Component, ProbeContext, ResolvedPoint, facts_error, glob_match, has_wildcard, needs_dwarf,
     no_arg, plain, string_arg, with_context,
 };
+use crate::ast::Literal;
 use crate::ast_print::quote_string;
 use crate::diag::Diagnostic;
-use crate::kernel::{FunctionProto, KernelFacts, Mechanism, TypeId, TypeKind};
+use crate::kernel::{
+    FactsError, FunctionProto, KernelFacts, LineSelector, Mechanism, TypeId, TypeKind,
+};
 use crate::sema::KernelProbes;
 use crate::sema::hir::{ContextSource, ContextVar, FunctionMechanism, ProbeKind, SkippedFunctions};
 use crate::sema::symbols::Elaborator;
@@ -59,8 +62,156 @@ impl<'a> Elaborator<'a> {
                 };
                 self.resolve_functions(module, spec, is_return, comps[1].span)
             }
-            _ => Err(needs_dwarf("kernel.statement probes", span)),
+            ["kernel", "statement"] => {
+                no_arg(&comps[0])?;
+                match &comps[1].arg {
+                    Some(Literal::String(spec)) => self.resolve_statements(spec, comps[1].span),
+                    _ => Err(Diagnostic::unsupported(
+                        "kernel.statement(ADDRESS) probes (only \"FUNCTION@FILE:LINE\" is supported)",
+                        comps[1].span,
+                    )),
+                }
+            }
+            ["module", "statement", ..] => Err(Diagnostic::unsupported(
+                "module(...).statement probes (only the kernel's own DWARF is read)",
+                span,
+            )),
+            _ => Err(Diagnostic::error(format!(
+                "unknown suffix `.{}` on kernel.statement",
+                names[2..].join(".")
+            ))
+            .at(span, "kernel.statement takes no suffix")),
         }
+    }
+
+    /// `kernel.statement("FUNC@FILE:LINES")`: a kprobe at the first
+    /// instruction of each selected line (`N`, `N-M`, or `*` for every
+    /// line) of each function FUNC matches, from the kernel's DWARF line
+    /// table. Variables would need DWARF locations, which are not read.
+    fn resolve_statements(
+        &mut self,
+        spec: &str,
+        span: Span,
+    ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
+        let shape = || {
+            Diagnostic::error(format!(
+                "kernel.statement(\"{spec}\") is not FUNCTION@FILE:LINE"
+            ))
+            .at(span, "expected `\"FUNCTION@FILE:LINE\"`, `:N-M` or `:*`")
+        };
+        let (function, place) = spec.split_once('@').ok_or_else(shape)?;
+        let (file, lines) = place.rsplit_once(':').ok_or_else(shape)?;
+        let selector = LineSelector::parse(lines).ok_or_else(shape)?;
+        let point = format!("kernel.statement({})", quote_string(spec));
+        let found = self
+            .facts
+            .kernel_lines(function, file, selector)
+            .map_err(|e| needs_dwarf_because(&point, e, span))?;
+        if found.is_empty() {
+            return Err(Diagnostic::error(format!(
+                "{point}: no line {lines} of a file matching `{file}` in a function matching `{function}`"
+            ))
+            .at(span, "not in the kernel's DWARF line table")
+            .note("an inlined function has no lines of its own to probe"));
+        }
+        // After the lines: where the DWARF is missing too, that is what
+        // to fix first.
+        if !self.facts.mechanisms().kprobes {
+            let reason = self
+                .facts
+                .unavailable_reason(Mechanism::Kprobes)
+                .unwrap_or_else(|| "not available on this kernel".to_string());
+            return Err(Diagnostic::error(format!("{point} needs kprobes"))
+                .at(span, "no kprobes on this kernel")
+                .note(format!("kprobes: {reason}")));
+        }
+        let mut out = Vec::new();
+        for line in found {
+            let resolved = format!(
+                "kernel.statement({})",
+                quote_string(&format!("{}@{}:{}", line.function, line.file, line.line))
+            );
+            let proto = FunctionProto {
+                name: line.function.clone(),
+                params: Vec::new(),
+                ret: None,
+                module: None,
+            };
+            let kind = ProbeKind::KernelFunction {
+                name: line.function.clone(),
+                is_return: false,
+                proto,
+                module: None,
+                mechanism: FunctionMechanism::Kprobe,
+                clones: Vec::new(),
+                optional: false,
+                offset: line.offset,
+            };
+            let context = ProbeContext {
+                family: "kernel.statement",
+                no_prototype: Some(format!(
+                    "variables at {resolved} need their DWARF locations, which stap-rs \
+                     does not evaluate yet"
+                )),
+                ..ProbeContext::default()
+            };
+            out.push(with_context(
+                plain(kind, "kernel.statement", resolved, span),
+                context,
+            ));
+        }
+        Ok(out)
+    }
+
+    /// `kernel.function("F@FILE[:LINE]")`: the functions F matches that
+    /// are declared in a file FILE matches (and at LINE, if given), from
+    /// the kernel's DWARF.
+    fn functions_by_source(
+        &self,
+        module: Option<&str>,
+        spec: &str,
+        span: Span,
+    ) -> Result<Vec<String>, Diagnostic> {
+        let point = format!("kernel.function({})", quote_string(spec));
+        if module.is_some() {
+            return Err(Diagnostic::unsupported(
+                format!(
+                    "module(...).function({}): a module's DWARF is not read (only the kernel's own)",
+                    quote_string(spec)
+                ),
+                span,
+            ));
+        }
+        let (function, place) = spec.split_once('@').unwrap_or((spec, "*"));
+        let (file, line) = match place.rsplit_once(':') {
+            Some((file, line)) => {
+                let line: u64 = line.parse().map_err(|_| {
+                    Diagnostic::error(format!("{point}: `{line}` is not a line number"))
+                        .at(span, "expected `FUNCTION@FILE` or `FUNCTION@FILE:LINE`")
+                })?;
+                (file, Some(line))
+            }
+            None => (place, None),
+        };
+        let found = self
+            .facts
+            .kernel_source_functions(function, file)
+            .map_err(|e| needs_dwarf_because(&point, e, span))?;
+        let mut names: Vec<String> = found
+            .into_iter()
+            .filter(|f| line.is_none_or(|l| f.line == l))
+            .map(|f| f.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            return Err(Diagnostic::error(format!(
+                "{point}: no kernel function matching `{function}` is declared in a file matching `{file}`{}",
+                line.map_or(String::new(), |l| format!(" at line {l}"))
+            ))
+            .at(span, "not in the kernel's DWARF"));
+        }
+        Ok(names)
     }
 
     pub(super) fn resolve_functions(
@@ -70,14 +221,9 @@ impl<'a> Elaborator<'a> {
         is_return: bool,
         span: Span,
     ) -> Result<Vec<ResolvedPoint<'a>>, Diagnostic> {
-        if spec.contains('@') {
-            return Err(needs_dwarf(
-                format!("kernel.function(\"{spec}\"): source file and line selectors").as_str(),
-                span,
-            ));
-        }
         let facts = self.facts;
-        let wildcard = has_wildcard(spec);
+        let by_source = spec.contains('@');
+        let wildcard = has_wildcard(spec) || by_source;
         // A module that is not loaded is read from its file; ftrace's list
         // knows only loaded code, so it filters nothing there.
         let module_loaded = match &module {
@@ -85,7 +231,9 @@ impl<'a> Elaborator<'a> {
             None => true,
         };
         let traceable = facts.traceable_functions().filter(|_| module_loaded);
-        let names: Vec<String> = if wildcard {
+        let names: Vec<String> = if by_source {
+            self.functions_by_source(module.as_deref(), spec, span)?
+        } else if wildcard {
             let mut all = facts.function_names().map_err(|e| facts_error(e, span))?;
             // Functions known only by their clones (`NAME.isra.0`) match
             // under their source name, as stap's DWARF names them.
@@ -228,6 +376,7 @@ impl<'a> Elaborator<'a> {
                 mechanism,
                 clones,
                 optional: false,
+                offset: 0,
             };
             out.push(with_context(
                 plain(kind, "kernel.function", resolved, span),
@@ -363,6 +512,21 @@ impl<'a> Elaborator<'a> {
         }
     }
 }
+
+/// A source file or line selector the kernel's DWARF cannot answer: none
+/// is installed (the message says where it was looked for) or it is
+/// unreadable.
+fn needs_dwarf_because(point: &str, error: FactsError, span: Span) -> Diagnostic {
+    Diagnostic::error(format!("{point} needs the kernel's DWARF: {error}"))
+        .at(span, "source files and lines come from DWARF")
+        .note(format!(
+            "help: set {KERNEL_DWARF_ENV} to the path of this kernel's vmlinux with debug info"
+        ))
+}
+
+/// The environment variable naming the kernel's DWARF file (read by the
+/// runtime's kernel facts).
+const KERNEL_DWARF_ENV: &str = "STAP_RS_KERNEL_DWARF";
 
 fn function_context(
     proto: &FunctionProto,
@@ -627,5 +791,114 @@ mod tests {
         assert_eq!(mechanism("udp_sendmsg"), Some(FunctionMechanism::Fentry));
         // A parameter in a kretprobe is read as at the entry.
         assert!(program.probes[0].kind.mechanism().contains("kretprobe"));
+    }
+
+    /// Statement probes: (resolved point, function, offset) of each.
+    fn statements(program: &Program) -> Vec<(String, String, u64)> {
+        program
+            .probes
+            .iter()
+            .filter_map(|p| match &p.kind {
+                ProbeKind::KernelFunction {
+                    name,
+                    offset,
+                    mechanism,
+                    ..
+                } => {
+                    assert_eq!(*mechanism, FunctionMechanism::Kprobe);
+                    Some((p.resolved.clone(), name.clone(), *offset))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `F@FILE` picks functions by their DWARF source file, as stap does:
+    /// the file pattern also matches after leading directories.
+    #[test]
+    fn functions_by_source_file() {
+        let facts = FakeKernel::new().with_dwarf();
+        let names = |script: &str| -> Vec<String> {
+            probed(&run(script, &facts).expect("elaborates"))
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        };
+        assert_eq!(
+            names(r#"probe kernel.function("*@net/ipv4/tcp.c") { }"#),
+            ["tcp_recvmsg", "tcp_sendmsg"]
+        );
+        assert_eq!(
+            names(r#"probe kernel.function("tcp_*@ipv4/*.c") { }"#),
+            ["tcp_recvmsg", "tcp_sendmsg", "tcp_v4_connect"]
+        );
+        assert_eq!(
+            names(r#"probe kernel.function("*@tcp.c:2900") { }"#),
+            ["tcp_recvmsg"]
+        );
+        let none = run(r#"probe kernel.function("*@fs/proc*.c") { }"#, &facts).unwrap_err();
+        assert!(
+            none.contains(
+                "no kernel function matching `*` is declared in a file matching `fs/proc*.c`"
+            ),
+            "{none}"
+        );
+    }
+
+    /// `F@FILE:LINES` is a kprobe at each line's offset in the function.
+    #[test]
+    fn statements_are_kprobes_at_line_offsets() {
+        let facts = FakeKernel::new().with_dwarf();
+        let program = run(
+            r#"probe kernel.statement("tcp_sendmsg@net/ipv4/tcp.c:*") { print(pp()) }"#,
+            &facts,
+        )
+        .expect("elaborates");
+        let point = |line: u64| format!("kernel.statement(\"tcp_sendmsg@net/ipv4/tcp.c:{line}\")");
+        assert_eq!(
+            statements(&program),
+            [
+                (point(1360), "tcp_sendmsg".to_string(), 0),
+                (point(1364), "tcp_sendmsg".to_string(), 0x12),
+                (point(1365), "tcp_sendmsg".to_string(), 0x2c),
+            ]
+        );
+        let one =
+            run(r#"probe kernel.statement("*@tcp.c:1364-1365") { }"#, &facts).expect("elaborates");
+        assert_eq!(statements(&one).len(), 2);
+        let missing = run(
+            r#"probe kernel.statement("tcp_sendmsg@net/ipv4/tcp.c:1") { }"#,
+            &facts,
+        )
+        .unwrap_err();
+        assert!(
+            missing.contains("no line 1 of a file matching"),
+            "{missing}"
+        );
+        let shape = run(r#"probe kernel.statement("tcp_sendmsg") { }"#, &facts).unwrap_err();
+        assert!(shape.contains("is not FUNCTION@FILE:LINE"), "{shape}");
+        let var = run(
+            r#"probe kernel.statement("tcp_sendmsg@net/ipv4/tcp.c:1364") { print($size) }"#,
+            &facts,
+        )
+        .unwrap_err();
+        assert!(var.contains("need their DWARF locations"), "{var}");
+    }
+
+    /// Without the kernel's DWARF, the error says that is what is missing.
+    #[test]
+    fn source_files_and_lines_need_the_kernels_dwarf() {
+        let facts = FakeKernel::new();
+        for script in [
+            r#"probe kernel.function("*@fs/proc*.c") { }"#,
+            r#"probe kernel.statement("do_sys_open@fs/open.c:*") { }"#,
+        ] {
+            let error = run(script, &facts).unwrap_err();
+            assert!(
+                error.contains("needs the kernel's DWARF: no DWARF"),
+                "{error}"
+            );
+            assert!(error.contains("STAP_RS_KERNEL_DWARF"), "{error}");
+        }
     }
 }
