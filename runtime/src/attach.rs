@@ -127,6 +127,7 @@ impl std::error::Error for AttachError {}
 /// far is detached again.
 pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError> {
     let mut attached = Attached::default();
+    let dispatched = [false, true].map(|exit| dispatched_syscalls(object, exit));
     for index in attach_order(object) {
         let (program, fd) = (&object.programs[index], &loaded.programs[index]);
         let error = |reason: String| AttachError {
@@ -134,7 +135,10 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             probe: program.attach.point_text(),
             reason,
         };
+        let in_dispatcher = dispatched.iter().flatten().any(|(at, _)| *at == index);
         let (fds, kprobe_link) = match &program.attach {
+            // Attached below, through its direction's dispatcher.
+            AttachKind::Syscall { .. } if in_dispatcher => (Vec::new(), None),
             AttachKind::Kprobes {
                 functions,
                 is_return,
@@ -169,9 +173,118 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             kprobe_link,
         });
     }
+    for (exit, members) in [false, true].into_iter().zip(&dispatched) {
+        if members.is_empty() {
+            continue;
+        }
+        let first = members[0].0;
+        let dispatcher =
+            syscall_dispatcher(exit, members, loaded).map_err(|reason| AttachError {
+                program: first,
+                probe: object.programs[first].attach.point_text(),
+                reason,
+            })?;
+        attached.attachments.push(dispatcher);
+    }
     // Back in script order, for `-v`.
     attached.function_sets.sort_by_key(|set| set.program);
     Ok(attached)
+}
+
+/// The raw tracepoint that `syscalls:sys_enter_*` (or `sys_exit_*`) events
+/// hang off.
+fn syscall_tracepoint(exit: bool) -> &'static str {
+    if exit { "sys_exit" } else { "sys_enter" }
+}
+
+/// The system call programs of one direction that go behind its
+/// dispatcher, with the numbers each takes: in script order, each program
+/// whose numbers are all still free. A program sharing a number with an
+/// earlier one attaches on its own (it checks the number itself). Empty
+/// when the direction has fewer than two programs: one attaches directly.
+fn dispatched_syscalls(object: &Object, exit: bool) -> Vec<(usize, Vec<u32>)> {
+    let programs: Vec<(usize, Vec<u32>)> = object
+        .programs
+        .iter()
+        .enumerate()
+        .filter_map(|(index, program)| match &program.attach {
+            AttachKind::Syscall { exit: e, events } if *e == exit => {
+                Some((index, events.iter().map(|(nr, _)| *nr).collect()))
+            }
+            _ => None,
+        })
+        .collect();
+    if programs.len() < 2 {
+        return Vec::new();
+    }
+    let mut taken = std::collections::HashSet::new();
+    programs
+        .into_iter()
+        .filter(|(_, numbers)| {
+            let free = numbers.iter().all(|nr| !taken.contains(nr));
+            if free {
+                taken.extend(numbers.iter().copied());
+            }
+            free
+        })
+        .collect()
+}
+
+/// Loads the dispatcher of one direction (`stap_lang::bpf::dispatch`),
+/// fills its program array with `members` at their numbers, and attaches
+/// it. The attachment holds the link and the array: the kernel empties a
+/// program array once no file descriptor refers to it.
+fn syscall_dispatcher(
+    exit: bool,
+    members: &[(usize, Vec<u32>)],
+    loaded: &Loaded,
+) -> Result<Attachment, String> {
+    use stap_lang::bpf::{MapRole, MapSpec, dispatch};
+    use std::os::fd::AsRawFd;
+    let slots = members
+        .iter()
+        .flat_map(|(_, numbers)| numbers)
+        .max()
+        .map_or(1, |nr| nr + 1);
+    let table = sys::map_create(&MapSpec {
+        name: format!("stap_{}", syscall_tracepoint(exit).replace('_', "")),
+        map_type: dispatch::MAP_PROG_ARRAY,
+        key_size: 4,
+        value_size: 4,
+        max_entries: slots,
+        flags: 0,
+        // The runtime's own map: the role is read only by the loader.
+        role: MapRole::Control,
+    })
+    .map_err(|e| format!("creating the system call program array: {}", os_error(&e)))?;
+    for (index, numbers) in members {
+        let prog = loaded.programs[*index].as_raw_fd() as u32;
+        for nr in numbers {
+            sys::map_update(table.as_fd(), &nr.to_ne_bytes(), &prog.to_ne_bytes(), 0)
+                .map_err(|e| format!("filling the system call program array: {}", os_error(&e)))?;
+        }
+    }
+    let (mut insns, map_at) = dispatch::dispatcher(exit);
+    insns[map_at] |= u64::from(table.as_raw_fd() as u32) << 32;
+    let name = format!("stap_{}", syscall_tracepoint(exit));
+    let program = sys::prog_load(
+        &sys::ProgLoad {
+            prog_type: stap_lang::bpf::attach::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            expected_attach_type: 0,
+            name: &name,
+            insns: &insns,
+            attach_btf_id: 0,
+            attach_btf_obj: None,
+        },
+        None,
+    )
+    .map_err(|e| format!("loading the system call dispatcher: {}", os_error(&e)))?;
+    let link = raw_tracepoint(program.as_fd(), syscall_tracepoint(exit))?;
+    Ok(Attachment {
+        program,
+        fds: vec![link, table],
+        kprobe_link: None,
+    })
 }
 
 /// The order programs are attached in, so that probes on one function
@@ -209,6 +322,9 @@ fn attach_order(object: &Object) -> Vec<usize> {
 pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, String> {
     match kind {
         AttachKind::RawTracepoint { name } => raw_tracepoint(prog, name).map(|fd| vec![fd]),
+        AttachKind::Syscall { exit, .. } => {
+            raw_tracepoint(prog, syscall_tracepoint(*exit)).map(|fd| vec![fd])
+        }
         AttachKind::TpBtf { name } => tp_btf(prog, name).map(|fd| vec![fd]),
         AttachKind::Tracepoint { system, name } => {
             tracepoint(prog, system, name).map(|fd| vec![fd])

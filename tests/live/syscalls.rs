@@ -306,3 +306,68 @@ probe syscall.pipe.return { if (pid() == target()) printf("%s %s %d %d\n", name,
     assert_eq!(lines[2], "pipe 0  [-7, -7]");
     assert_eq!(lines[3], format!("pipe 0 {} {}", fds[2], fds[3]));
 }
+
+/// `syscalls:` events run on the raw `sys_enter`/`sys_exit` tracepoints
+/// (behind a dispatcher when a direction has several programs): a wildcard
+/// with a program per event, one shared program for every event, and
+/// single-event probes must all see the same calls, and nothing may stay
+/// attached after the session.
+#[test]
+fn wildcard_counts_per_call_agree_with_single_call_probes_and_nothing_stays_attached() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let script = r#"global by_event, shared, single, exits, exits_by_event
+           probe kernel.trace("syscalls:sys_enter_*") { if (execname() == "stapSysWild") by_event[pp()]++ }
+           probe kernel.trace("syscalls:sys_enter_*") { if (execname() == "stapSysWild") shared++ }
+           probe kernel.trace("syscalls:sys_enter_getppid") {
+             if (execname() == "stapSysWild") single++
+             if (execname() == "stapSysDone") exit()
+           }
+           probe kernel.trace("syscalls:sys_exit_getp*") { if (execname() == "stapSysWild") exits_by_event[pp()]++ }
+           probe kernel.trace("syscalls:sys_exit_getppid") { if (execname() == "stapSysWild") exits++ }
+           probe end {
+             total = 0
+             foreach (event in by_event) total += by_event[event]
+             printf("getppid: wildcard %d, single %d\n",
+                    by_event["kernel.trace(\"syscalls:sys_enter_getppid\")"], single)
+             printf("getppid returns: wildcard %d, single %d\n",
+                    exits_by_event["kernel.trace(\"syscalls:sys_exit_getppid\")"], exits)
+             printf("every call: %s\n", total == shared ? "agree" : sprintf("%d per event, %d shared", total, shared))
+           }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    let (progs, links) = super::bpf_ids_of(session.pid());
+    // Parent and child each call getppid 500 times.
+    let status = std::process::Command::new(&trigger)
+        .args(["stapSysWild", "getppid", "500"])
+        .status()
+        .expect("running the trigger");
+    assert!(status.success(), "trigger failed: {status}");
+    trigger_until_done(&mut session, &trigger, &["stapSysDone", "getppid", "1"]);
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout,
+        "getppid: wildcard 1000, single 1000\n\
+         getppid returns: wildcard 1000, single 1000\n\
+         every call: agree\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+    assert!(
+        !progs.is_empty() && !links.is_empty(),
+        "no BPF objects held"
+    );
+    for id in &progs {
+        assert!(
+            !super::bpf_object_exists("prog", *id),
+            "program {id} still loaded"
+        );
+    }
+    for id in &links {
+        assert!(
+            !super::bpf_object_exists("link", *id),
+            "link {id} still attached"
+        );
+    }
+}

@@ -23,7 +23,9 @@ impl AttachKind {
     /// The `BPF_PROG_TYPE_*` a program of this kind is loaded as.
     pub fn program_type(&self) -> u32 {
         match self {
-            AttachKind::RawTracepoint { .. } => BPF_PROG_TYPE_RAW_TRACEPOINT,
+            AttachKind::RawTracepoint { .. } | AttachKind::Syscall { .. } => {
+                BPF_PROG_TYPE_RAW_TRACEPOINT
+            }
             AttachKind::TpBtf { .. } => BPF_PROG_TYPE_TRACING,
             AttachKind::Tracepoint { .. } => BPF_PROG_TYPE_TRACEPOINT,
             AttachKind::Kprobe { .. }
@@ -52,6 +54,7 @@ impl AttachKind {
             AttachKind::Kprobes { multi: true, .. } => BPF_TRACE_KPROBE_MULTI,
             AttachKind::Kprobes { multi: false, .. }
             | AttachKind::RawTracepoint { .. }
+            | AttachKind::Syscall { .. }
             | AttachKind::Tracepoint { .. }
             | AttachKind::Kprobe { .. }
             | AttachKind::Uprobe { .. }
@@ -69,6 +72,14 @@ impl AttachKind {
                 format!("kernel.trace(\"{name}\")")
             }
             AttachKind::Tracepoint { system, name } => format!("kernel.trace(\"{system}:{name}\")"),
+            AttachKind::Syscall { events, .. } => match events.as_slice() {
+                [(_, name)] => format!("kernel.trace(\"syscalls:{name}\")"),
+                events => format!(
+                    "kernel.trace(\"syscalls:{}\" and {} more)",
+                    events.first().map_or("", |(_, name)| name.as_str()),
+                    events.len().saturating_sub(1)
+                ),
+            },
             AttachKind::Kprobe {
                 function,
                 offset: 0,

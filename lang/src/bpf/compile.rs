@@ -82,12 +82,13 @@ fn compile_in(
     };
     // Before the format table: a shared program may gain symname() calls.
     let contended = contended_functions(module, &handlers);
-    let shared = shared_kprobe_programs(
+    let mut shared = shared_kprobe_programs(
         module,
         &mut handlers,
         options.kernel.kprobe_multi,
         &contended,
     );
+    shared_syscall_programs(module, &handlers, options, &mut shared);
     let formats = match format_table(module, &handlers, maps.len() + 4, &options.local_time) {
         Ok(formats) => formats,
         Err(mut errors) => {
@@ -154,13 +155,19 @@ fn compile_in(
         let probe_index = *probe_index;
         let probe = &module.probes[probe_index];
         let attach = match &shared[position] {
-            Share::Alone => attach_kind(
-                &probe.kind,
-                options
-                    .kernel
-                    .tracepoint_mechanism(probe_index, options.tracepoint_mechanism),
-                options.kernel.kprobe_multi && !is_contended(&probe.kind, &contended),
-            ),
+            Share::Alone => match raw_syscall(module, options, probe_index) {
+                Some((exit, event)) => Some(AttachKind::Syscall {
+                    exit,
+                    events: vec![event],
+                }),
+                None => attach_kind(
+                    &probe.kind,
+                    options
+                        .kernel
+                        .tracepoint_mechanism(probe_index, options.tracepoint_mechanism),
+                    options.kernel.kprobe_multi && !is_contended(&probe.kind, &contended),
+                ),
+            },
             Share::Leader(attach) => Some(attach.clone()),
             Share::Folded => continue,
         };
@@ -176,6 +183,7 @@ fn compile_in(
             module,
             probe_index,
             function,
+            &attach,
             options,
             &index,
             out_of_bounds,
@@ -306,13 +314,6 @@ fn shared_kprobe_programs(
         kind if is_contended(kind, contended) => None,
         kind => kprobe_target(kind),
     };
-    let same_code = |a: &Function, b: &Function| {
-        a.blocks == b.blocks
-            && a.regs == b.regs
-            && a.param_count == b.param_count
-            && a.ret == b.ret
-            && a.iters == b.iters
-    };
     // Groups so far: (is_return, member positions).
     let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
     for (position, (index, function)) in handlers.iter().enumerate() {
@@ -366,6 +367,86 @@ fn shared_kprobe_programs(
         }
     }
     shares
+}
+
+/// A `syscalls:` probe that runs on the raw `sys_enter`/`sys_exit`
+/// tracepoint (`EmitFacts::syscall_numbers`): its direction, and its
+/// system call number with the event's name.
+fn raw_syscall(module: &Module, options: &Options, probe: usize) -> Option<(bool, (u32, String))> {
+    let nr = options.kernel.syscall_number(probe)?;
+    let ProbeKind::Tracepoint { name, .. } = &module.probes[probe].kind else {
+        return None;
+    };
+    Some((name.starts_with("sys_exit_"), (nr, name.clone())))
+}
+
+/// The raw-tracepoint system call handlers of one wildcard probe
+/// (`kernel.trace("syscalls:sys_enter_*")`, `syscall.*` whose bodies
+/// agree) that can share a program: the same probe statement and
+/// direction, the same code once inlined (the same fields at the same
+/// offsets, which the raw program reads from the same registers), and the
+/// same value of every identity built-in (`pn()`, `pp()` name the event,
+/// so a body that calls them keeps a program per event). One program
+/// checks the call number against every member's, so hundreds of events
+/// load, verify and attach once.
+fn shared_syscall_programs(
+    module: &Module,
+    handlers: &[(usize, Function)],
+    options: &Options,
+    shares: &mut [Share],
+) {
+    // Groups so far: (exit, member positions).
+    let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
+    for (position, (index, function)) in handlers.iter().enumerate() {
+        if !matches!(shares[position], Share::Alone) {
+            continue;
+        }
+        let Some((exit, _)) = raw_syscall(module, options, *index) else {
+            continue;
+        };
+        let span = module.probes[*index].span;
+        let group = groups.iter_mut().find(|(direction, members)| {
+            let (lead_index, lead_function) = &handlers[members[0]];
+            *direction == exit
+                && module.probes[*lead_index].span == span
+                && same_code(lead_function, function)
+        });
+        match group {
+            Some((_, members)) => members.push(position),
+            None => groups.push((exit, vec![position])),
+        }
+    }
+    for (exit, members) in groups {
+        if members.len() < 2 {
+            continue;
+        }
+        let identities = identity_calls(&handlers[members[0]].1);
+        let varies = identities.iter().any(|name| {
+            let value = |at: usize| identity::constant(name, &module.probes[handlers[at].0]);
+            members.iter().any(|at| value(*at) != value(members[0]))
+        });
+        if varies {
+            continue;
+        }
+        let events = members
+            .iter()
+            .filter_map(|at| raw_syscall(module, options, handlers[*at].0))
+            .map(|(_, event)| event)
+            .collect();
+        shares[members[0]] = Share::Leader(AttachKind::Syscall { exit, events });
+        for at in &members[1..] {
+            shares[*at] = Share::Folded;
+        }
+    }
+}
+
+/// Two inlined handlers that compile to the same program.
+fn same_code(a: &Function, b: &Function) -> bool {
+    a.blocks == b.blocks
+        && a.regs == b.regs
+        && a.param_count == b.param_count
+        && a.ret == b.ret
+        && a.iters == b.iters
 }
 
 /// Identity built-ins a shared program computes when it runs: the name of

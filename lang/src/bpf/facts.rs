@@ -27,7 +27,31 @@ pub struct EmitFacts {
     /// whatever `--tracepoint-mechanism` says, because it calls a kfunc
     /// (`pid2task`), which the kernel offers to tracing programs only.
     pub tp_btf_for_kfuncs: Vec<bool>,
+    /// Per probe (by index): the system call number of a
+    /// `syscalls:sys_enter_NAME`/`sys_exit_NAME` probe that runs on the raw
+    /// `sys_enter`/`sys_exit` tracepoint instead of the classic event.
+    /// `None` (and probes past the end) keep the classic event.
+    pub syscall_numbers: Vec<Option<u32>>,
+    /// How a raw-tracepoint system call probe tells a 32-bit (ia32) call,
+    /// which the classic events skip; `None` when the kernel runs none.
+    pub compat: CompatCheck,
 }
+
+/// What a raw `sys_enter`/`sys_exit` program checks to skip the calls the
+/// classic `syscalls:` events skip: x86_64 reports ia32 calls as number -1
+/// to them (`trace_get_syscall_nr`), by `current_thread_info()->status &
+/// TS_COMPAT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CompatCheck {
+    /// The kernel has no ia32 emulation: every call is native.
+    #[default]
+    None,
+    /// Byte offset of the 4-byte `thread_info.status` in `task_struct`.
+    Status(u32),
+}
+
+/// `TS_COMPAT` in x86's `thread_info.status`.
+pub const TS_COMPAT: i32 = 0x2;
 
 impl EmitFacts {
     pub fn for_module(module: &Module, facts: &dyn KernelFacts) -> EmitFacts {
@@ -53,7 +77,69 @@ impl EmitFacts {
                         && reaches_builtin(module, probe.function, KFUNC_BUILTINS)
                 })
                 .collect(),
+            syscall_numbers: Vec::new(),
+            compat: CompatCheck::None,
         }
+        .with_raw_syscalls(module, facts)
+    }
+
+    /// The system call number of probe `probe` when it runs on the raw
+    /// `sys_enter`/`sys_exit` tracepoint.
+    pub fn syscall_number(&self, probe: usize) -> Option<u32> {
+        self.syscall_numbers.get(probe).copied().flatten()
+    }
+
+    /// Numbers the `syscalls:` probes that can run on the raw tracepoints:
+    /// on x86_64 (the pt_regs layout `emit` knows) with raw tracepoints,
+    /// each event whose number the system call table knows, unless two
+    /// events of the script would get the same number (a table that names
+    /// a call differently from the kernel), and with the ia32 check where
+    /// the kernel has ia32 emulation. Anything else keeps the classic event.
+    fn with_raw_syscalls(mut self, module: &Module, facts: &dyn KernelFacts) -> EmitFacts {
+        if facts.arch() != "x86_64" || !facts.mechanisms().raw_tracepoints {
+            return self;
+        }
+        if facts.config("CONFIG_IA32_EMULATION").as_deref() == Some("y") {
+            match compat_status(facts) {
+                Some(offset) => self.compat = CompatCheck::Status(offset),
+                None => return self,
+            }
+        }
+        let numbers: Vec<Option<(u32, &str)>> = module
+            .probes
+            .iter()
+            .map(|probe| match &probe.kind {
+                ProbeKind::Tracepoint {
+                    system,
+                    name,
+                    args: TracepointArgs::Classic(_),
+                } if system == "syscalls"
+                    // A kfunc needs a tracing program: that probe keeps
+                    // the classic event's behaviour.
+                    && !reaches_builtin(module, probe.function, KFUNC_BUILTINS) =>
+                {
+                    let call = name
+                        .strip_prefix("sys_enter_")
+                        .or_else(|| name.strip_prefix("sys_exit_"))?;
+                    Some((facts.syscall_number(call)?, call))
+                }
+                _ => None,
+            })
+            .collect();
+        let ambiguous = |nr: u32, call: &str| {
+            numbers
+                .iter()
+                .flatten()
+                .any(|(other_nr, other)| *other_nr == nr && *other != call)
+        };
+        self.syscall_numbers = numbers
+            .iter()
+            .map(|n| {
+                n.filter(|(nr, call)| !ambiguous(*nr, call))
+                    .map(|(nr, _)| nr)
+            })
+            .collect();
+        self
     }
 
     pub fn pointer_slots(&self, probe: usize) -> u64 {
@@ -240,6 +326,17 @@ fn chain(facts: &dyn KernelFacts, pointer: &str, target: &str, path: &[&str]) ->
         pointer: field.bit_offset / 8,
         value: bits / 8,
     })
+}
+
+/// The offset of `thread_info.status` (4 bytes) in `task_struct`, whose
+/// first member is the `thread_info` on x86_64.
+fn compat_status(facts: &dyn KernelFacts) -> Option<u32> {
+    let task = facts.find_type("struct task_struct").ok()??;
+    let info = kernel::find_member(facts, task, "thread_info")?;
+    let status = kernel::find_member(facts, info.ty, "status")?;
+    let bits = info.bit_offset + status.bit_offset;
+    let four_bytes = matches!(facts.kind(status.ty), TypeKind::Int { bytes: 4, .. });
+    (bits % 8 == 0 && four_bytes).then_some(bits / 8)
 }
 
 /// `task_struct.mm` and the 8-byte `arg_start`/`arg_end` of `mm_struct`.

@@ -94,6 +94,7 @@ pub mod helper {
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_COMM: i32 = 16;
+    pub const TAIL_CALL: i32 = 12;
     pub const GET_CURRENT_TASK: i32 = 35;
     pub const GET_STACK: i32 = 67;
     pub const JIFFIES64: i32 = 118;
@@ -118,6 +119,7 @@ pub mod helper {
             GET_CURRENT_PID_TGID => "get_current_pid_tgid",
             GET_CURRENT_UID_GID => "get_current_uid_gid",
             GET_CURRENT_COMM => "get_current_comm",
+            TAIL_CALL => "tail_call",
             GET_CURRENT_TASK => "get_current_task",
             GET_STACK => "get_stack",
             JIFFIES64 => "jiffies64",

@@ -7,6 +7,7 @@
 pub mod attach;
 pub mod btf;
 mod compile;
+pub mod dispatch;
 mod emit;
 pub mod facts;
 pub mod inline;
@@ -203,6 +204,19 @@ pub enum AttachKind {
         functions: Vec<String>,
         is_return: bool,
         multi: bool,
+    },
+    /// `syscalls:sys_enter_NAME`/`sys_exit_NAME` events, implemented on
+    /// the raw `sys_enter`/`sys_exit` tracepoint
+    /// (`BPF_PROG_TYPE_RAW_TRACEPOINT`): the program returns at once unless
+    /// the system call number is one of `events`' (number, event name),
+    /// and reads the record's fields from the same places the classic event
+    /// copies them from (docs/ARCHITECTURE.md, "System call events"). A
+    /// raw tracepoint link detaches without the classic perf event's
+    /// grace-period wait, and the runtime puts every such program of one
+    /// direction behind one dispatcher link.
+    Syscall {
+        exit: bool,
+        events: Vec<(u32, String)>,
     },
     /// `BPF_PROG_TYPE_NETFILTER`, attached with `BPF_LINK_CREATE` in the
     /// current network namespace.

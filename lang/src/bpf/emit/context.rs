@@ -1,7 +1,7 @@
 //! Probe context, memory reads and the builtins usable in kernel probes.
 
 use super::*;
-use crate::bpf::facts::TaskChain;
+use crate::bpf::facts::{CompatCheck, TS_COMPAT, TaskChain};
 
 /// Stack-passed arguments a kprobe or uprobe reads (stap's limit for a
 /// function's parameters is the same order: the kernel has none past 13).
@@ -47,6 +47,120 @@ impl Emitter<'_> {
             helper::PROBE_READ_KERNEL
         });
         self.push(Insn::load(DW, R0, FP, FRAME_TMP));
+    }
+
+    /// The start of a raw `sys_enter`/`sys_exit` program: return unless
+    /// the call is one the classic events would report for this program's
+    /// events, that is a native (not ia32) call with one of its numbers.
+    pub(super) fn syscall_filter(&mut self, bail: Label) {
+        if let CompatCheck::Status(offset) = self.compat {
+            self.call(helper::GET_CURRENT_TASK);
+            self.push(Insn::mov_reg(R3, R0));
+            self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
+            self.frame_ptr(R1, FRAME_TMP);
+            self.push(Insn::mov_imm(R2, 4));
+            self.call(helper::PROBE_READ_KERNEL);
+            self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), bail);
+            self.push(Insn::load(W, R0, FP, FRAME_TMP));
+            self.jump(Insn::jump_imm(insn::JSET, R0, TS_COMPAT, 0), bail);
+        }
+        self.syscall_number();
+        self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), bail);
+        self.push(Insn::load(DW, R2, FP, FRAME_TMP));
+        // Sorted numbers as ranges: one or two compares each.
+        let mut calls = self.syscall_calls.clone();
+        calls.sort_unstable();
+        calls.dedup();
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        for nr in calls {
+            match ranges.last_mut() {
+                Some((_, hi)) if *hi + 1 == nr => *hi = nr,
+                _ => ranges.push((nr, nr)),
+            }
+        }
+        let run = self.new_label();
+        for (lo, hi) in ranges {
+            if lo == hi {
+                self.jump(Insn::jump_imm(insn::JEQ, R2, lo as i32, 0), run);
+                continue;
+            }
+            let next = self.new_label();
+            self.jump(Insn::jump_imm(insn::JLT, R2, lo as i32, 0), next);
+            self.jump(Insn::jump_imm(insn::JLE, R2, hi as i32, 0), run);
+            self.bind(next);
+        }
+        self.goto(bail);
+        self.bind(run);
+        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+    }
+
+    /// The system call number into `FRAME_TMP`: `sys_enter`'s `id`
+    /// argument, or at `sys_exit` the registers' `orig_ax` (as the classic
+    /// event takes it); r0 is 0 when that worked.
+    fn syscall_number(&mut self) {
+        let ContextStyle::Syscall { exit } = self.context else {
+            return;
+        };
+        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+        if exit {
+            self.push(Insn::load(DW, R3, R1, 0));
+            self.push(Insn::alu64_imm(insn::ADD, R3, i32::from(PT_REGS_ORIG_AX)));
+            self.frame_ptr(R1, FRAME_TMP);
+            self.push(Insn::mov_imm(R2, 8));
+            self.call(helper::PROBE_READ_KERNEL);
+        } else {
+            self.push(Insn::load(DW, R0, R1, 8));
+            self.push(Insn::store(DW, FP, FRAME_TMP, R0));
+            self.push(Insn::mov_imm(R0, 0));
+        }
+    }
+
+    /// A `syscalls:` record field into r0, read from where the classic
+    /// event copies it: `__syscall_nr` is the call number, an entry's
+    /// argument slot N is the Nth argument register of the task's
+    /// `pt_regs`, and an exit's `ret` is `sys_exit`'s own argument. A
+    /// failed read gives 0.
+    pub(super) fn syscall_field(&mut self, offset: u32, size: u32, signed: bool) {
+        let ContextStyle::Syscall { exit } = self.context else {
+            return;
+        };
+        let Some(width) = size_code(size) else {
+            self.unsupported(format!("a {size}-byte tracepoint field"));
+            return;
+        };
+        let slot = offset
+            .checked_sub(SYSCALL_FIRST_SLOT)
+            .filter(|at| at % 8 == 0)
+            .map(|at| (at / 8) as usize);
+        match slot {
+            _ if offset == SYSCALL_NR_FIELD => self.syscall_number(),
+            Some(0) if exit => {
+                self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                self.push(Insn::load(DW, R0, R1, 8));
+                self.push(Insn::store(DW, FP, FRAME_TMP, R0));
+            }
+            Some(arg) if !exit && arg < PT_REGS_SYSCALL_ARGS.len() => {
+                self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+                self.push(Insn::load(DW, R3, R1, 0));
+                self.push(Insn::alu64_imm(
+                    insn::ADD,
+                    R3,
+                    i32::from(PT_REGS_SYSCALL_ARGS[arg]),
+                ));
+                self.frame_ptr(R1, FRAME_TMP);
+                self.push(Insn::mov_imm(R2, 8));
+                self.call(helper::PROBE_READ_KERNEL);
+            }
+            _ => {
+                self.unsupported(format!("the system call record field at offset {offset}"));
+                return;
+            }
+        }
+        // The field's own width out of the 8-byte value (little-endian).
+        self.push(Insn::load(width, R0, FP, FRAME_TMP));
+        if signed {
+            sign_extend(self, R0, size);
+        }
     }
 
     pub(super) fn context_return(&mut self, dst: Reg) {

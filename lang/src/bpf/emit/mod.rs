@@ -28,12 +28,12 @@ mod strings;
 
 use hashbrown::{HashMap, HashSet};
 
-use super::Options;
 use super::insn::{self, B, DW, FP, H, Insn, R0, R1, R2, R3, R4, R5, W, helper};
 use super::layout::{self, StatLayout};
 use super::maps::{self, COUNTER_DEPTH, COUNTER_LOST_EVENTS};
 use super::records::{self, HEADER_BYTES};
 use super::regalloc::{self, Allocation, Location};
+use super::{AttachKind, Options};
 use crate::diag::Diagnostic;
 use crate::ir::{
     BinOp, CmpOp, Failure, Function, Module, Op, PrintArg, Reg, StatValue, Storage, SymbolText,
@@ -193,6 +193,11 @@ enum ContextStyle {
     PtRegs { user: bool },
     /// A classic tracepoint's record.
     Record,
+    /// The raw `sys_enter(regs, id)` / `sys_exit(regs, ret)` tracepoint
+    /// standing in for `syscalls:` events: `ctx[0]` is the task's
+    /// `pt_regs`; a record field is read from where the event copies it.
+    /// `Emitter::syscall_calls` are the numbers the program runs for.
+    Syscall { exit: bool },
     /// Perf events: no arguments.
     None,
 }
@@ -206,11 +211,21 @@ const PT_REGS_CS: i16 = 136;
 const PT_REGS_IP: i16 = 128;
 /// `struct pt_regs` offset of sp.
 const PT_REGS_SP: i16 = 152;
+/// x86_64 `struct pt_regs` offsets of the system call arguments (di, si,
+/// dx, r10, r8, r9: the syscall convention passes the fourth in r10) and
+/// of orig_ax, the call number (`syscall_get_nr`).
+const PT_REGS_SYSCALL_ARGS: [i16; 6] = [112, 104, 96, 56, 72, 64];
+const PT_REGS_ORIG_AX: i16 = 120;
+/// A `syscalls:` record: the common fields, `int __syscall_nr` at 8, then
+/// the arguments (enter) or `long ret` (exit) in 8-byte slots from 16.
+const SYSCALL_NR_FIELD: u32 = 8;
+const SYSCALL_FIRST_SLOT: u32 = 16;
 
 pub(super) fn emit_probe(
     module: &Module,
     probe_index: usize,
     function: &Function,
+    attach: &AttachKind,
     options: &Options,
     maps: &MapIndex,
     out_of_bounds: bool,
@@ -222,8 +237,7 @@ pub(super) fn emit_probe(
     loop {
         let emitter = emit_handler(
             module,
-            probe_index,
-            function,
+            (probe_index, function, attach),
             options,
             maps,
             out_of_bounds,
@@ -256,12 +270,12 @@ fn catch_handlers<'f>(
     handlers.into_iter()
 }
 
-/// One emission of the handler; `dead_catches` are `catch` handler blocks
-/// treated as unreachable.
+/// One emission of the handler (the probe's index, its inlined function
+/// and how it attaches); `dead_catches` are `catch` handler blocks treated
+/// as unreachable.
 fn emit_handler<'a>(
     module: &'a Module,
-    probe_index: usize,
-    function: &'a Function,
+    (probe_index, function, attach): (usize, &'a Function, &AttachKind),
     options: &Options,
     maps: &'a MapIndex,
     out_of_bounds: bool,
@@ -281,11 +295,17 @@ fn emit_handler<'a>(
         maps,
         context: context_style(
             &probe.kind,
+            attach,
             options
                 .kernel
                 .tracepoint_mechanism(probe_index, options.tracepoint_mechanism)
                 == super::TracepointMechanism::TpBtf,
         ),
+        compat: options.kernel.compat,
+        syscall_calls: match attach {
+            AttachKind::Syscall { events, .. } => events.iter().map(|(nr, _)| *nr).collect(),
+            _ => Vec::new(),
+        },
         max_action: module.limits.max_action,
         cpus: options.cpus.clamp(1, MAX_CPUS) as i32,
         insns: Vec::new(),
@@ -397,7 +417,10 @@ fn finish_probe(
     })
 }
 
-fn context_style(kind: &ProbeKind, tp_btf: bool) -> ContextStyle {
+fn context_style(kind: &ProbeKind, attach: &AttachKind, tp_btf: bool) -> ContextStyle {
+    if let AttachKind::Syscall { exit, .. } = attach {
+        return ContextStyle::Syscall { exit: *exit };
+    }
     match kind {
         ProbeKind::Tracepoint {
             args: TracepointArgs::Raw(_),
@@ -473,6 +496,10 @@ struct Emitter<'a> {
     stride: u32,
     maps: &'a MapIndex,
     context: ContextStyle,
+    /// What a raw system call program checks first (`ContextStyle::Syscall`):
+    /// the ia32 flag, then the call number against these.
+    compat: super::facts::CompatCheck,
+    syscall_calls: Vec<u32>,
     max_action: u64,
     /// CPUs a statistic extraction visits.
     cpus: i32,
@@ -963,6 +990,9 @@ impl Emitter<'_> {
     fn prologue(&mut self, bail: Label) {
         self.note_span(self.function.span);
         self.push(Insn::store(DW, FP, FRAME_CTX, R1));
+        if let ContextStyle::Syscall { .. } = self.context {
+            self.syscall_filter(bail);
+        }
         // Do nothing unless the host set the run flag.
         self.ld_map_value(R1, self.maps.control, (maps::CONTROL_RUN * 8) as i32);
         self.push(Insn::load(DW, R1, R1, 0));
@@ -1203,6 +1233,15 @@ impl Emitter<'_> {
             ),
             Op::Builtin { dst, name, args } => self.builtin(*dst, name, args),
             Op::ContextArg { dst, index } => self.context_arg(*dst, *index),
+            Op::ContextField {
+                dst,
+                offset,
+                size,
+                signed,
+            } if matches!(self.context, ContextStyle::Syscall { .. }) => {
+                self.syscall_field(*offset, *size, *signed);
+                self.set_result(*dst, R0);
+            }
             Op::ContextField {
                 dst,
                 offset,
