@@ -53,17 +53,8 @@ impl Emitter<'_> {
     /// the call is one the classic events would report for this program's
     /// events, that is a native (not ia32) call with one of its numbers.
     pub(super) fn syscall_filter(&mut self, bail: Label) {
-        if let CompatCheck::Status(offset) = self.compat {
-            self.call(helper::GET_CURRENT_TASK);
-            self.push(Insn::mov_reg(R3, R0));
-            self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
-            self.frame_ptr(R1, FRAME_TMP);
-            self.push(Insn::mov_imm(R2, 4));
-            self.call(helper::PROBE_READ_KERNEL);
-            self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), bail);
-            self.push(Insn::load(W, R0, FP, FRAME_TMP));
-            self.jump(Insn::jump_imm(insn::JSET, R0, TS_COMPAT, 0), bail);
-        }
+        // The number first: a probe on one call returns here for every
+        // other call on the system, so that path must be the short one.
         self.syscall_number();
         self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), bail);
         self.push(Insn::load(DW, R2, FP, FRAME_TMP));
@@ -78,19 +69,30 @@ impl Emitter<'_> {
                 _ => ranges.push((nr, nr)),
             }
         }
-        let run = self.new_label();
+        let wanted = self.new_label();
         for (lo, hi) in ranges {
             if lo == hi {
-                self.jump(Insn::jump_imm(insn::JEQ, R2, lo as i32, 0), run);
+                self.jump(Insn::jump_imm(insn::JEQ, R2, lo as i32, 0), wanted);
                 continue;
             }
             let next = self.new_label();
             self.jump(Insn::jump_imm(insn::JLT, R2, lo as i32, 0), next);
-            self.jump(Insn::jump_imm(insn::JLE, R2, hi as i32, 0), run);
+            self.jump(Insn::jump_imm(insn::JLE, R2, hi as i32, 0), wanted);
             self.bind(next);
         }
         self.goto(bail);
-        self.bind(run);
+        self.bind(wanted);
+        if let CompatCheck::Status(offset) = self.compat {
+            self.call(helper::GET_CURRENT_TASK);
+            self.push(Insn::mov_reg(R3, R0));
+            self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
+            self.frame_ptr(R1, FRAME_TMP);
+            self.push(Insn::mov_imm(R2, 4));
+            self.call(helper::PROBE_READ_KERNEL);
+            self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), bail);
+            self.push(Insn::load(W, R0, FP, FRAME_TMP));
+            self.jump(Insn::jump_imm(insn::JSET, R0, TS_COMPAT, 0), bail);
+        }
         self.push(Insn::load(DW, R1, FP, FRAME_CTX));
     }
 
