@@ -445,8 +445,11 @@ fn stock_para_callgraph_nests_tcp_calls_under_tcp_sendmsg() {
     let port = sink();
     let command = format!("{} cgpara send {port} 100", trigger.display());
     let script = script.to_str().expect("a UTF-8 path");
-    let done = Session::start_for(600, &["-c", &command, script, SENDMSG_TREE, TRIGGER])
-        .finish_within(std::time::Duration::from_secs(600));
+    // 225 programs to verify: 519 s in the 6.12 guest at host load 12, past
+    // 600 s at load 17 (docs/callgraph.md); the harness's --test-timeout
+    // still bounds the test.
+    let done = Session::start_for(1500, &["-c", &command, script, SENDMSG_TREE, TRIGGER])
+        .finish_within(std::time::Duration::from_secs(1500));
     assert_success(&done);
     // `TIME cgpara(TID): ->NAME PARMS` and `... <-NAME return=...`, the
     // arrow indented one space per open call of the thread.
