@@ -89,7 +89,8 @@ impl EmitFacts {
         self.syscall_numbers.get(probe).copied().flatten()
     }
 
-    /// Numbers the `syscalls:` probes that can run on the raw tracepoints:
+    /// Numbers the `syscalls:` probes that can run on the raw tracepoints,
+    /// when the script has at least [`RAW_SYSCALLS_FROM`] of them:
     /// on x86_64 (the pt_regs layout `emit` knows) with raw tracepoints,
     /// each event whose number the system call table knows, unless two
     /// events of the script would get the same number (a table that names
@@ -126,6 +127,15 @@ impl EmitFacts {
                 _ => None,
             })
             .collect();
+        // The raw route runs a program on every system call of the
+        // machine, where the classic events filter by number before any
+        // BPF runs; it pays off only in the time to close the links (about
+        // 30 ms per classic event, serially, at exit). A few events stay
+        // classic: bench/run measured a single raw `syscalls:` probe at
+        // +60 ns per call of every process.
+        if numbers.iter().flatten().count() < RAW_SYSCALLS_FROM {
+            return self;
+        }
         let ambiguous = |nr: u32, call: &str| {
             numbers
                 .iter()
@@ -160,6 +170,11 @@ impl EmitFacts {
         }
     }
 }
+
+/// Fewest `syscalls:` probes in a script that take the raw route (see
+/// `with_raw_syscalls`): below it, closing the classic events at exit costs
+/// less than a program run on every system call of the machine.
+const RAW_SYSCALLS_FROM: usize = 8;
 
 /// The built-ins that call kfuncs.
 const KFUNC_BUILTINS: &[&str] = &["pid2task", "pid2execname"];
