@@ -117,6 +117,28 @@ fn match_test(
     test
 }
 
+/// `foreach ([k1, ..., kN] in array) body`, unsorted and unlimited: the
+/// walk that both the slice delete and the slice membership test make.
+fn walk_keys(key_names: &[String], array: &ast::Ident, body: Stmt, span: Span) -> Stmt {
+    stmt(
+        StmtKind::Foreach(Box::new(ast::Foreach {
+            value: None,
+            keys: key_names
+                .iter()
+                .map(|k| (Spanned::new(k.clone(), span), None))
+                .collect(),
+            bracketed: true,
+            array: array.clone(),
+            slice: None,
+            value_sort: None,
+            aggregate: None,
+            limit: None,
+            body,
+        })),
+        span,
+    )
+}
+
 /// `delete array[keys]` with some key `*`.
 pub(crate) fn delete(array: &ast::Ident, keys: &[Expr], span: Span, counter: u32) -> Stmt {
     let names = Names(counter);
@@ -144,23 +166,7 @@ pub(crate) fn delete(array: &ast::Ident, keys: &[Expr], span: Span, counter: u32
         },
         span,
     );
-    stmts.push(stmt(
-        StmtKind::Foreach(Box::new(ast::Foreach {
-            value: None,
-            keys: key_names
-                .iter()
-                .map(|k| (Spanned::new(k.clone(), span), None))
-                .collect(),
-            bracketed: true,
-            array: array.clone(),
-            slice: None,
-            value_sort: None,
-            aggregate: None,
-            limit: None,
-            body: remove,
-        })),
-        span,
-    ));
+    stmts.push(walk_keys(&key_names, array, remove, span));
     block(stmts, span)
 }
 
@@ -278,23 +284,7 @@ pub(crate) fn membership(keys: &[Expr], array: &ast::Ident, span: Span) -> ast::
         ),
         None => found,
     };
-    let walk = stmt(
-        StmtKind::Foreach(Box::new(ast::Foreach {
-            value: None,
-            keys: key_names
-                .iter()
-                .map(|k| (Spanned::new(k.clone(), span), None))
-                .collect(),
-            bracketed: true,
-            array: array.clone(),
-            slice: None,
-            value_sort: None,
-            aggregate: None,
-            limit: None,
-            body,
-        })),
-        span,
-    );
+    let walk = walk_keys(&key_names, array, body, span);
     ast::Function {
         name: Spanned::new(format!("__slice_in_{}_{}", span.file.0, span.start), span),
         private: false,
