@@ -2,7 +2,7 @@
 //! every failure into rendered diagnostics on stderr.
 
 use crate::cli::{Args, DumpStage};
-use crate::frontend::{Failed, Frontend, fail};
+use crate::frontend::{self, Failed, Frontend, fail};
 use crate::listing;
 use crate::out::{errln, out};
 use stap_lang::kernel::KernelFacts;
@@ -73,37 +73,13 @@ pub fn run(args: &Args) -> Result<(), Failed> {
             elaborate_started.elapsed().as_millis()
         );
     }
-    report_skipped_functions(&program.skipped_functions, args.verbose > 0);
+    frontend::report_skipped_functions(&program.skipped_functions, args.verbose > 0);
     if args.pass == Some(2) || args.dump == Some(DumpStage::Types) {
         out!("{}", sema::print::print_program(&program, &map));
         return Ok(());
     }
 
     crate::run::run(args, &map, &program, kernel.as_ref())
-}
-
-/// A wildcard's matches the kernel cannot probe are left out, not fatal:
-/// counted always, named with `-v`.
-pub(crate) fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
-    for point in skipped {
-        let count = point.skipped.len();
-        if verbose {
-            errln!(
-                "{}: {} of {} matching functions probed, {count} skipped",
-                point.point,
-                point.matched - count,
-                point.matched
-            );
-            for (function, why) in &point.skipped {
-                errln!("  skipped {function}: {why}");
-            }
-        } else {
-            errln!(
-                "WARNING: {}: {count} matching functions cannot be probed and are skipped (-v names them)",
-                point.point
-            );
-        }
-    }
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

@@ -307,3 +307,27 @@ pub fn emit(map: &SourceMap, diags: &[Diagnostic]) -> Failed {
     diag::emit_stderr(map, diags);
     Failed
 }
+
+/// A wildcard's matches the kernel cannot probe are left out, not fatal:
+/// counted always, named with `-v`.
+pub fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
+    for point in skipped {
+        let count = point.skipped.len();
+        if verbose {
+            errln!(
+                "{}: {} of {} matching functions probed, {count} skipped",
+                point.point,
+                point.matched - count,
+                point.matched
+            );
+            for (function, why) in &point.skipped {
+                errln!("  skipped {function}: {why}");
+            }
+        } else {
+            errln!(
+                "WARNING: {}: {count} matching functions cannot be probed and are skipped (-v names them)",
+                point.point
+            );
+        }
+    }
+}

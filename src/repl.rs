@@ -560,7 +560,7 @@ fn build(
             .filter(|point| point.span.file == file)
             .cloned()
             .collect();
-        crate::driver::report_skipped_functions(&typed, true);
+        frontend::report_skipped_functions(&typed, true);
     }
     // The session's maps outlive this program: string keys keep their full
     // size, so a later program's longer keys still fit.
