@@ -314,24 +314,10 @@ fn shared_kprobe_programs(
         kind if is_contended(kind, contended) => None,
         kind => kprobe_target(kind),
     };
-    // Groups so far: (is_return, member positions).
-    let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
-    for (position, (index, function)) in handlers.iter().enumerate() {
-        let Some((_, is_return)) = kprobe(*index) else {
-            continue;
-        };
-        let span = module.probes[*index].span;
-        let group = groups.iter_mut().find(|(ret, members)| {
-            let (lead_index, lead_function) = &handlers[members[0]];
-            *ret == is_return
-                && module.probes[*lead_index].span == span
-                && same_code(lead_function, function)
-        });
-        match group {
-            Some((_, members)) => members.push(position),
-            None => groups.push((is_return, vec![position])),
-        }
-    }
+    // Groups: (is_return, member positions).
+    let groups = group_by_code(module, handlers, |_, index| {
+        kprobe(index).map(|(_, is_return)| is_return)
+    });
     let mut shares: Vec<Share> = handlers.iter().map(|_| Share::Alone).collect();
     for (is_return, members) in groups {
         if members.len() < 2 {
@@ -380,6 +366,35 @@ fn raw_syscall(module: &Module, options: &Options, probe: usize) -> Option<(bool
     Some((name.starts_with("sys_exit_"), (nr, name.clone())))
 }
 
+/// Groups handler positions that can share one program: the same probe
+/// statement, the same direction (`direction` gives it, or `None` for a
+/// handler that takes no part), and the same code once inlined. Each group
+/// is (direction, member positions), its lead first.
+fn group_by_code(
+    module: &Module,
+    handlers: &[(usize, Function)],
+    direction: impl Fn(usize, usize) -> Option<bool>,
+) -> Vec<(bool, Vec<usize>)> {
+    let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
+    for (position, (index, function)) in handlers.iter().enumerate() {
+        let Some(dir) = direction(position, *index) else {
+            continue;
+        };
+        let span = module.probes[*index].span;
+        let group = groups.iter_mut().find(|(d, members)| {
+            let (lead_index, lead_function) = &handlers[members[0]];
+            *d == dir
+                && module.probes[*lead_index].span == span
+                && same_code(lead_function, function)
+        });
+        match group {
+            Some((_, members)) => members.push(position),
+            None => groups.push((dir, vec![position])),
+        }
+    }
+    groups
+}
+
 /// The raw-tracepoint system call handlers of one wildcard probe
 /// (`kernel.trace("syscalls:sys_enter_*")`, `syscall.*` whose bodies
 /// agree) that can share a program: the same probe statement and
@@ -395,27 +410,13 @@ fn shared_syscall_programs(
     options: &Options,
     shares: &mut [Share],
 ) {
-    // Groups so far: (exit, member positions).
-    let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
-    for (position, (index, function)) in handlers.iter().enumerate() {
+    // Groups: (exit, member positions).
+    let groups = group_by_code(module, handlers, |position, index| {
         if !matches!(shares[position], Share::Alone) {
-            continue;
+            return None;
         }
-        let Some((exit, _)) = raw_syscall(module, options, *index) else {
-            continue;
-        };
-        let span = module.probes[*index].span;
-        let group = groups.iter_mut().find(|(direction, members)| {
-            let (lead_index, lead_function) = &handlers[members[0]];
-            *direction == exit
-                && module.probes[*lead_index].span == span
-                && same_code(lead_function, function)
-        });
-        match group {
-            Some((_, members)) => members.push(position),
-            None => groups.push((exit, vec![position])),
-        }
-    }
+        raw_syscall(module, options, index).map(|(exit, _)| exit)
+    });
     for (exit, members) in groups {
         if members.len() < 2 {
             continue;
