@@ -558,17 +558,14 @@ fn maxstringlen_outside_its_range_is_refused() {
 }
 
 #[test]
-fn kernel_memory_in_a_host_probe_is_unsupported_at_its_line() {
+fn kernel_memory_in_a_host_probe_compiles() {
+    // Read through /proc/kcore when the probe runs (tests/live/host.rs).
     let out = stap(&[
         "-p3",
         "-e",
-        "probe begin {\n  printf(\"%d\\n\", @cast(0, \"struct task_struct\")->pid)\n}",
+        "probe begin {\n  printf(\"%d %s\\n\", @cast(0, \"struct task_struct\")->pid, kernel_string(0))\n}",
     ]);
-    let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("unsupported: reading kernel memory"), "{err}");
-    assert!(err.contains("<input>:2:"), "{err}");
-    assert!(!err.contains("internal error"), "{err}");
+    assert_ok(&out);
 }
 
 #[test]

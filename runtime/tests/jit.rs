@@ -1167,6 +1167,25 @@ fn memory_directives_read_kernel_memory_on_the_host() {
     );
     let (_, result) = run_with_kcore(r#"probe begin { printf("%m", 0) }"#);
     assert_eq!(result.unwrap_err().to_string(), "kernel read fault at 0x0");
+    // The kernel_string()/kernel_long() family and `->` read the same way;
+    // a string that runs to the segment's end faults, or takes its fallback.
+    let (out, result) = run_with_kcore(
+        r#"probe begin {
+  a = 0xffffffff82000000
+  printf("%s|%s|%d|%d|%d\n", kernel_string(a), kernel_string_n(a, 5), kernel_char(a),
+         kernel_short(a + 1), @cast(a - 1264, "struct task_struct")->pid == kernel_int(a))
+  println(kernel_string(a + 19, "fallback"))
+  try { kernel_string(a + 19) } catch (msg) { println(msg) }
+  try { kernel_long(a + 16) } catch (msg) { println(msg) }
+}"#,
+    );
+    assert_eq!(result, Ok(()), "{out}");
+    assert_eq!(
+        out,
+        "Linux version 6.18|Linux|76|28265|1\nfallback\n\
+         kernel string copy fault at 0xffffffff82000013\n\
+         kernel read fault at 0xffffffff82000010\n"
+    );
     let (_, result) = run_with_kcore(r#"probe begin { printf("%#m", 0xffffffff82000000) }"#);
     assert!(
         result

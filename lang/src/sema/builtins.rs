@@ -218,15 +218,16 @@ const BUILTINS: &[Builtin] = &[
     both("local_clock_ns", &[], LONG, "Nanoseconds of the CPU-local clock"),
     both("ctime", &[L], STRING, "Format seconds since the epoch as a UTC date"),
     both("tz_ctime", &[L], STRING, "Format seconds since the epoch as a date in the local time zone"),
-    // Kernel memory.
-    optional(1, kernel_only("kernel_string", &[L, S], STRING, "NUL-terminated string at a kernel address (optional string to return on fault)")),
-    kernel_only("kernel_string_n", &[L, L], STRING, "String of at most n bytes at a kernel address"),
-    kernel_only("kernel_string2", &[L, S], STRING, "String at a kernel address, or the given string on fault"),
-    kernel_only("kernel_long", &[L], LONG, "Long at a kernel address"),
-    kernel_only("kernel_int", &[L], LONG, "Int at a kernel address"),
-    kernel_only("kernel_short", &[L], LONG, "Short at a kernel address"),
-    kernel_only("kernel_char", &[L], LONG, "Char at a kernel address"),
-    kernel_only("kernel_pointer", &[L], LONG, "Pointer at a kernel address"),
+    // Kernel memory: BPF reads it in kernel probes, the host through
+    // /proc/kcore (`runtime/src/host/kmem.rs`).
+    optional(1, both("kernel_string", &[L, S], STRING, "NUL-terminated string at a kernel address (optional string to return on fault)")),
+    both("kernel_string_n", &[L, L], STRING, "String of at most n bytes at a kernel address"),
+    both("kernel_string2", &[L, S], STRING, "String at a kernel address, or the given string on fault"),
+    both("kernel_long", &[L], LONG, "Long at a kernel address"),
+    both("kernel_int", &[L], LONG, "Int at a kernel address"),
+    both("kernel_short", &[L], LONG, "Short at a kernel address"),
+    both("kernel_char", &[L], LONG, "Char at a kernel address"),
+    both("kernel_pointer", &[L], LONG, "Pointer at a kernel address"),
     // User memory of the current task.
     optional(1, kernel_only("user_string", &[L, S], STRING, "NUL-terminated string at a user address (optional string to return on fault)")),
     optional(1, kernel_only("user_string_n", &[L, L, S], STRING, "String of at most n bytes at a user address (optional string to return on fault)")),
@@ -384,7 +385,8 @@ mod tests {
         let ks = lookup("kernel_string").unwrap();
         assert_eq!((ks.min_args(), ks.max_args()), (1, Some(2)));
         assert_eq!(ks.ret, ReturnType::String);
-        assert!(ks.kernel && !ks.host);
+        assert!(ks.kernel && ks.host);
+        assert!(!lookup("user_string").unwrap().host);
 
         let printd = lookup("printd").unwrap();
         assert_eq!(printd.min_args(), 3);

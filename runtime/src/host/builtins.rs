@@ -87,6 +87,14 @@ pub const TABLE: &[&str] = &[
     "symfileline",
     "symfile",
     "symline",
+    "kernel_string",
+    "kernel_string2",
+    "kernel_string_n",
+    "kernel_long",
+    "kernel_int",
+    "kernel_short",
+    "kernel_char",
+    "kernel_pointer",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -127,6 +135,30 @@ fn clock_ns(clock: libc::clockid_t) -> i64 {
     ts.tv_sec
         .wrapping_mul(1_000_000_000)
         .wrapping_add(ts.tv_nsec)
+}
+
+/// `size` bytes of kernel memory at `addr`, sign- or zero-extended (the
+/// host's `Op::ReadKernel` and the `kernel_long()` family).
+pub fn read_kernel(
+    rt: &mut HostRuntime,
+    addr: u64,
+    size: usize,
+    signed: bool,
+) -> Result<i64, RuntimeError> {
+    let bytes = rt
+        .kmem
+        .read(addr, size)
+        .filter(|b| b.len() == size && size <= 8)
+        .ok_or(RuntimeError::KernelRead(addr))?;
+    let mut word = [0u8; 8];
+    word[..size].copy_from_slice(&bytes);
+    let value = u64::from_le_bytes(word);
+    let unused = 64 - 8 * size as u32;
+    Ok(if signed && unused > 0 {
+        ((value << unused) as i64) >> unused
+    } else {
+        value as i64
+    })
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -190,6 +222,31 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
                 .map_or(rest.len(), |i| start + i);
             rt.tokenize_rest = rest[end..].to_vec();
             s(rest[start..end].to_vec())
+        }
+        // Kernel memory through /proc/kcore, with the BPF side's limits
+        // (MAXSTRINGLEN - 1 bytes) and faults.
+        "kernel_string" | "kernel_string2" | "kernel_string_n" => {
+            let addr = long(args, 0) as u64;
+            let max = rt.max_string_len.saturating_sub(1);
+            let (max, fallback) = match name {
+                "kernel_string_n" => (long(args, 1).clamp(0, max as i64) as usize, None),
+                _ => (max, args.get(1)),
+            };
+            match (rt.kmem.read_string(addr, max), fallback) {
+                (Some(text), _) => s(text),
+                (None, Some(fallback)) => s(text(fallback)),
+                (None, None) => Err(RuntimeError::KernelString(addr)),
+            }
+        }
+        "kernel_long" | "kernel_int" | "kernel_short" | "kernel_char" | "kernel_pointer" => {
+            let addr = long(args, 0) as u64;
+            let size = match name {
+                "kernel_long" | "kernel_pointer" => 8,
+                "kernel_int" => 4,
+                "kernel_short" => 2,
+                _ => 1,
+            };
+            l(read_kernel(rt, addr, size, name != "kernel_pointer")?)
         }
         "text_str" => s(escape(bytes(args, 0), rt.max_string_len.saturating_sub(1))),
         "text_strn" => s(text_strn(

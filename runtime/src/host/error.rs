@@ -29,6 +29,8 @@ pub enum RuntimeError {
     },
     /// `%m`/`%M` could not read kernel memory at this address.
     KernelRead(u64),
+    /// `kernel_string()` could not read the string at this address.
+    KernelString(u64),
     /// A printf format could not be applied (pass 2 checks formats, so this
     /// means the IR and the format disagree).
     Format(String),
@@ -56,6 +58,9 @@ impl fmt::Display for RuntimeError {
                 write!(f, "map operation on `{global}` failed: {message}")
             }
             RuntimeError::KernelRead(addr) => write!(f, "kernel read fault at 0x{addr:x}"),
+            RuntimeError::KernelString(addr) => {
+                write!(f, "kernel string copy fault at 0x{addr:x}")
+            }
             RuntimeError::Format(msg) => write!(f, "bad format: {msg}"),
             RuntimeError::Internal(msg) => write!(f, "internal error: {msg}"),
             RuntimeError::StringSpace(limit) => write!(

@@ -55,6 +55,7 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("stap_sprintf", stap_sprintf as *const u8),
         ("stap_symbol", stap_symbol as *const u8),
         ("stap_builtin", stap_builtin as *const u8),
+        ("stap_read_kernel", stap_read_kernel as *const u8),
         ("stap_exit", stap_exit as *const u8),
         ("stap_tick", stap_tick as *const u8),
         ("stap_enter", stap_enter as *const u8),
@@ -771,6 +772,23 @@ pub unsafe extern "C" fn stap_builtin(
             0
         }
     }
+}
+
+/// `size` bytes of kernel memory at `addr` (`Op::ReadKernel` in a host
+/// probe), read through /proc/kcore; a fault is stap's error.
+///
+/// # Safety
+/// `rt` as in [`runtime`].
+pub unsafe extern "C" fn stap_read_kernel(
+    rt: *mut HostRuntime,
+    addr: i64,
+    size: i64,
+    signed: i64,
+) -> i64 {
+    // SAFETY: JIT code passes its runtime pointer.
+    let rt = unsafe { runtime(rt) };
+    let value = builtins::read_kernel(rt, addr as u64, size as usize, signed != 0);
+    check(rt, value)
 }
 
 /// # Safety

@@ -47,6 +47,7 @@ const IMPORTS: &[(&str, usize, bool)] = &[
     ("stap_sprintf", 3, true),
     ("stap_symbol", 2, true),
     ("stap_builtin", 4, true),
+    ("stap_read_kernel", 3, true),
     ("stap_exit", 0, false),
     ("stap_tick", 0, false),
     ("stap_enter", 0, false),
@@ -608,10 +609,24 @@ impl FnTranslator<'_> {
                 self.call(b, "stap_tick", &[]);
                 self.check(b);
             }
+            // Through /proc/kcore (`@cast(...)->member` in a host probe).
+            Op::ReadKernel {
+                dst,
+                addr,
+                size,
+                signed,
+            } => {
+                let addr = self.get(b, *addr);
+                let (size, signed) = (iconst(b, i64::from(*size)), iconst(b, i64::from(*signed)));
+                let v = self
+                    .call(b, "stap_read_kernel", &[addr, size, signed])
+                    .unwrap_or(size);
+                self.check(b);
+                self.set(b, *dst, v);
+            }
             Op::ContextArg { .. }
             | Op::ContextField { .. }
             | Op::ContextReturn { .. }
-            | Op::ReadKernel { .. }
             | Op::ReadUser { .. } => {
                 return Err(JitError::new(format!(
                     "{}: kernel context read in host code",

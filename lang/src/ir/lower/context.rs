@@ -228,12 +228,12 @@ impl FnLowering<'_, '_> {
     }
 
     fn read_memory(&mut self, addr: Reg, size: u32, signed: bool, span: Span) -> Reg {
-        if self.side == crate::sema::hir::Placement::Host {
-            // Host code has no way into kernel memory (`%m` aside, which
-            // goes through /proc/kcore for printing only).
+        if self.side == crate::sema::hir::Placement::Host && self.user_memory {
+            // The host reads kernel memory through /proc/kcore, but a host
+            // probe has no user task whose memory it could read.
             self.m.unsupported(
-                "reading kernel memory (`@cast(...)->member`, `->` on a pointer) in a probe \
-                 that runs on the host (begin, end, error, timer)",
+                "reading user memory (`@cast` in a process probe's type) in a probe that \
+                 runs on the host (begin, end, error, timer)",
                 span,
             );
         }

@@ -190,13 +190,19 @@ impl FunctionCheck<'_, '_> {
                 self.reg(*dst, Long, "destination");
                 self.access_size(*size);
             }
+            // The host reads kernel memory through /proc/kcore; it has no
+            // user task to read.
             Op::ReadKernel {
                 dst, addr, size, ..
+            } => {
+                self.reg(*dst, Long, "destination");
+                self.reg(*addr, Long, "address");
+                self.access_size(*size);
             }
-            | Op::ReadUser {
+            Op::ReadUser {
                 dst, addr, size, ..
             } => {
-                self.kernel_only("memory read");
+                self.kernel_only("user memory read");
                 self.reg(*dst, Long, "destination");
                 self.reg(*addr, Long, "address");
                 self.access_size(*size);
