@@ -1099,9 +1099,11 @@ impl Session<'_> {
                     tgid,
                     frames,
                 } => {
+                    // A user stack ends at a zero frame, as `ubacktrace()`'s.
                     let frames: Vec<u64> = frames
                         .chunks_exact(8)
                         .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+                        .take_while(|&addr| !user || addr != 0)
                         .collect();
                     Some(if user {
                         self.runtime.usymbols.frames(tgid, &frames, full)
@@ -1131,6 +1133,7 @@ impl Session<'_> {
             ));
             return;
         }
+        let text = self.runtime.name_stacks(&text);
         if let Err(e) = self.runtime.output.write(&text) {
             self.output_error(&e);
         }

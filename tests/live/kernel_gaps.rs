@@ -151,3 +151,83 @@ fn kernel_probe_variance_uses_stap_integer_arithmetic() {
     assert_success(&done);
     assert_eq!(done.stdout, "12 2\n", "stderr:\n{}", done.stderr);
 }
+
+/// Stacks as string values in a kernel probe: `sprint_backtrace()`,
+/// `sprint_ubacktrace()` and `sprint_stack(backtrace())` stored in locals
+/// and used as a map key are named by the host when printed, the same
+/// text as `sprint_backtrace()` as a print argument; `print_syms()` and
+/// `print_stack()` of `backtrace()` print `print_backtrace()`'s lines; and
+/// the host probe's `print_syms`/`sprint_stack` of the same `backtrace()`
+/// string agree with the kernel probe's.
+#[test]
+fn kernel_probe_stack_values_are_named_by_the_host() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global keys, addresses
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGStack") {{
+               bt = sprint_backtrace()
+               ubt = sprint_ubacktrace()
+               keys[bt] <<< 1
+               addresses = backtrace()
+               printf("=value\n%s\n=arg\n%s\n", bt, sprint_backtrace())
+               printf("=stack\n%s\n", sprint_stack(backtrace()))
+               printf("=uvalue\n%s\n=uarg\n%s\n", ubt, sprint_ubacktrace())
+               print("=syms\n"); print_syms(backtrace())
+               print("=print_stack\n"); print_stack(backtrace())
+               print("=backtrace\n"); print_backtrace()
+               print("=end\n")
+               exit()
+             }}
+           }}
+           probe end {{
+             foreach (k in keys limit 1) printf("=key\n%s\n", k)
+             printf("=host_stack\n%s\n", sprint_stack(addresses))
+             print("=host_syms\n"); print_syms(addresses)
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGStack", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    // Sections by name; a second hit before exit() repeats the first's.
+    let mut sections: Vec<(String, String)> = Vec::new();
+    for line in done.stdout.lines() {
+        match line.strip_prefix('=') {
+            Some(name) => sections.push((name.to_string(), String::new())),
+            None => {
+                let (_, text) = sections.last_mut().expect("a section first");
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    let section = |name: &str| {
+        sections
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, text)| text.clone())
+            .unwrap_or_else(|| panic!("no section {name} in:\n{}", done.stdout))
+    };
+    let value = section("value");
+    assert!(value.contains(" [kernel]\n"), "{}", done.stdout);
+    assert!(!value.contains('\u{1b}'), "{}", done.stdout);
+    for same in ["arg", "stack", "key", "host_stack"] {
+        assert_eq!(section(same), value, "{same}:\n{}", done.stdout);
+    }
+    let uvalue = section("uvalue");
+    assert!(!uvalue.trim().is_empty(), "{}", done.stdout);
+    assert_eq!(section("uarg"), uvalue, "{}", done.stdout);
+    let printed = section("backtrace");
+    assert!(printed.starts_with(" 0x"), "{}", done.stdout);
+    for same in ["syms", "print_stack", "host_syms"] {
+        assert_eq!(section(same), printed, "{same}:\n{}", done.stdout);
+    }
+}

@@ -30,6 +30,7 @@ const EFFECTFUL: &[&str] = &[
     "print_stack",
     "print_syms",
     "print_usyms",
+    "print_ustack",
 ];
 
 /// Drops the unread assignments of a probe's alias prologues. It runs

@@ -70,6 +70,8 @@ pub const TABLE: &[&str] = &[
     "ubacktrace",
     "print_syms",
     "print_usyms",
+    "print_ustack",
+    "sprint_ustack",
     "print_backtrace",
     "sprint_backtrace",
     "backtrace",
@@ -329,11 +331,17 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             l(0)
         }
         // The current process of a host probe is stap-rs itself.
-        "print_usyms" => {
+        "print_usyms" | "print_ustack" => {
             let addrs = stack_addresses(bytes(args, 0));
             let text = rt.usymbols.frames(std::process::id(), &addrs, true);
             rt.write_output(text.as_bytes());
             l(0)
+        }
+        "sprint_ustack" => {
+            let addrs = stack_addresses(bytes(args, 0));
+            s(rt.usymbols
+                .frames(std::process::id(), &addrs, false)
+                .into_bytes())
         }
         // A host probe, like stap's begin, end and timer probes, has no
         // registers to unwind from: stap then says so (in its build without
@@ -473,7 +481,7 @@ fn probe_point(rt: &HostRuntime) -> String {
 /// The addresses of a `backtrace()` string: hex numbers separated by
 /// single spaces, read as stap does (up to the first empty token; a
 /// token that is not hex reads as its leading hex digits, or 0).
-fn stack_addresses(stack: &[u8]) -> Vec<u64> {
+pub(super) fn stack_addresses(stack: &[u8]) -> Vec<u64> {
     stack
         .split(|b| *b == b' ')
         .take_while(|token| !token.is_empty())

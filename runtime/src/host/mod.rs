@@ -3,6 +3,7 @@
 //! (`crate::jit` compiles; nothing here interprets IR).
 
 pub mod builtins;
+mod deferred;
 pub mod enums;
 pub mod error;
 pub mod globals;
@@ -212,7 +213,8 @@ impl HostRuntime {
     /// Writes script output (print, printf, statistics); a failed write
     /// fails the probe hit.
     pub(crate) fn write_output(&mut self, bytes: &[u8]) {
-        if let Err(e) = self.output.write(bytes) {
+        let named = self.name_stacks(bytes);
+        if let Err(e) = self.output.write(&named) {
             self.fail(RuntimeError::Internal(format!("cannot write output: {e}")));
         }
     }

@@ -193,7 +193,8 @@ impl Emitter<'_> {
     /// return addresses, `0x`-prefixed hex separated by spaces, from the
     /// first frame outside the tracing machinery (every frame of a user
     /// stack), cut at MAXSTRINGLEN - 1 bytes between frames. The host's
-    /// `print_stack`, `sprint_stack` and `print_syms` name them.
+    /// `print_stack`, `sprint_stack` and `print_syms` name them (on the
+    /// host; in kernel probes through a deferred stack).
     ///
     /// Each frame is one `bpf_snprintf` at the string's end; the frame's
     /// byte index stays at `FRAME_SMALL` (exact for the verifier, so at

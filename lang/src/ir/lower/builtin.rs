@@ -96,18 +96,40 @@ impl FnLowering<'_, '_> {
                 );
                 None
             }
+            // Stacks as string values in kernel code: only the host can
+            // name frames, so the value is a deferred stack (see
+            // `deferred_stack`) that the host names when it is printed.
             "sprint_backtrace" | "sprint_ubacktrace" if self.is_kernel() => {
-                // The frames are captured in BPF but only the host can name
-                // them: a print argument travels as the stack. A value
-                // that stays in the kernel can be backtrace()'s addresses.
-                self.m.unsupported(
-                    format!(
-                        "{name}() in a kernel probe other than as a print or printf argument (the host symbolizes stacks; keep {}() and name it with sprint_stack() in a host probe)",
-                        if name == "sprint_backtrace" { "backtrace" } else { "ubacktrace" }
-                    ),
+                let user = name == "sprint_ubacktrace";
+                let source = if user { "ubacktrace" } else { "backtrace" };
+                let addresses = self.body.reg(ValType::Str);
+                self.body.emit(
+                    Op::Builtin {
+                        dst: Some(addresses),
+                        name: source.to_string(),
+                        args: Vec::new(),
+                    },
                     span,
                 );
-                Some(self.const_str("", span))
+                Some(self.deferred_stack(addresses, user, false, span))
+            }
+            "sprint_stack" | "sprint_ustack" if self.is_kernel() => {
+                let addresses = self.value(args.first()?);
+                Some(self.deferred_stack(addresses, name == "sprint_ustack", false, span))
+            }
+            "print_stack" | "print_syms" | "print_ustack" | "print_usyms" if self.is_kernel() => {
+                let addresses = self.value(args.first()?);
+                let user = matches!(name, "print_ustack" | "print_usyms");
+                let text = self.deferred_stack(addresses, user, true, span);
+                let format = self.m.format("%s");
+                self.body.emit(
+                    Op::Printf {
+                        format,
+                        args: vec![PrintArg::Value(text)],
+                    },
+                    span,
+                );
+                None
             }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
             // stap defines both through `cmdline_args(n, m, delim)`.
@@ -397,6 +419,51 @@ impl FnLowering<'_, '_> {
         }
     }
 
+    /// A stack that only the host can name, as a kernel string value:
+    /// `ESC kind [tgid ':'] addresses ESC`, where `addresses` is a
+    /// `backtrace()`/`ubacktrace()` string, `kind` is `k`/`u` (kernel or
+    /// user frames, `sprint_stack`'s `name+0xoff [module]` lines) or
+    /// `K`/`U` (`print_stack`'s ` 0xADDR : name+off/size [module]`), and
+    /// `tgid` (user stacks) the process whose mappings name the frames.
+    /// Built with concatenations, not `sprintf`: `bpf_snprintf` refuses a
+    /// format with an unprintable byte. The host replaces every such span
+    /// by the named frames wherever it prints a string
+    /// (`runtime/src/host/deferred.rs`).
+    fn deferred_stack(&mut self, addresses: Reg, user: bool, full: bool, span: Span) -> Reg {
+        let kind = match (user, full) {
+            (false, false) => 'k',
+            (false, true) => 'K',
+            (true, false) => 'u',
+            (true, true) => 'U',
+        };
+        let mut head = self.const_str(&format!("\u{1b}{kind}"), span);
+        if user {
+            let tgid = self.body.reg(ValType::Long);
+            self.body.emit(
+                Op::Builtin {
+                    dst: Some(tgid),
+                    name: "pid".to_string(),
+                    args: Vec::new(),
+                },
+                span,
+            );
+            let format = self.m.format("%d:");
+            let text = self.body.reg(ValType::Str);
+            self.body.emit(
+                Op::Sprintf {
+                    dst: text,
+                    format,
+                    args: vec![tgid],
+                },
+                span,
+            );
+            head = self.concat(head, text, span);
+        }
+        let body = self.concat(head, addresses, span);
+        let end = self.const_str("\u{1b}", span);
+        self.concat(body, end, span)
+    }
+
     /// printf arguments. In kernel code `symname(a)`, `symdata(a)`,
     /// `modname(a)` and `enum_name("E", v)` travel as the address or value:
     /// only the host can resolve them.
@@ -606,6 +673,13 @@ mod tests {
         // Kernel memory: the host reads it through /proc/kcore.
         assert!(lower("probe end { println(kernel_long(0), kernel_string_n(0, 4)) }").is_ok());
         assert!(lower(r#"probe kernel.trace("kfree_skb") { println(kernel_long(0)) }"#).is_ok());
+        // Stacks as values in kernel probes are deferred stacks.
+        assert!(
+            lower(
+                r#"probe kernel.trace("kfree_skb") { s = sprint_ubacktrace() . sprint_stack(backtrace()); print_syms(backtrace()); print_ustack(ubacktrace()); println(s) }"#
+            )
+            .is_ok()
+        );
         let err = lower(r#"probe kernel.trace("kfree_skb") { println(tokenize("1", " ")) }"#)
             .unwrap_err();
         assert!(

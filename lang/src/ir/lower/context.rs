@@ -334,7 +334,7 @@ impl FnLowering<'_, '_> {
         dst
     }
 
-    fn concat(&mut self, lhs: Reg, rhs: Reg, span: Span) -> Reg {
+    pub(super) fn concat(&mut self, lhs: Reg, rhs: Reg, span: Span) -> Reg {
         let dst = self.body.reg(ValType::Str);
         self.body.emit(Op::Concat { dst, lhs, rhs }, span);
         dst

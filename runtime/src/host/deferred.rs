@@ -1,0 +1,74 @@
+//! Deferred stacks: a kernel probe's `sprint_backtrace()`,
+//! `sprint_stack(s)`, `print_syms(s)`, ... are string values whose frames
+//! only the host can name, so the BPF code builds them as
+//! `ESC kind [tgid ':'] hex-addresses ESC` (`lang/src/ir/lower/builtin.rs`,
+//! `deferred_stack`). They can be stored, used as keys and compared as any
+//! string; the host replaces each such span by the named frames when the
+//! string is printed (kernel printf records and host output alike).
+
+use std::borrow::Cow;
+
+use super::HostRuntime;
+use super::builtins::stack_addresses;
+
+const ESC: u8 = 0x1b;
+
+impl HostRuntime {
+    /// `bytes` with every deferred stack in it named; borrowed when there
+    /// is none (the common case: one scan for the escape byte).
+    pub(crate) fn name_stacks<'a>(&mut self, bytes: &'a [u8]) -> Cow<'a, [u8]> {
+        if !bytes.contains(&ESC) {
+            return Cow::Borrowed(bytes);
+        }
+        let mut out = Vec::with_capacity(bytes.len() * 2);
+        let mut rest = bytes;
+        while let Some(at) = rest.iter().position(|&b| b == ESC) {
+            out.extend_from_slice(&rest[..at]);
+            let after = &rest[at + 1..];
+            match self.named(after) {
+                Some((text, used)) => {
+                    out.extend_from_slice(text.as_bytes());
+                    rest = &after[used..];
+                }
+                // Not ours: the byte stays.
+                None => {
+                    out.push(ESC);
+                    rest = after;
+                }
+            }
+        }
+        out.extend_from_slice(rest);
+        Cow::Owned(out)
+    }
+
+    /// The frames of the deferred stack that `span` (after its first ESC)
+    /// starts with, and how many bytes of `span` it took (through its
+    /// closing ESC, or to the end when a MAXSTRINGLEN cut lost that).
+    fn named(&mut self, span: &[u8]) -> Option<(String, usize)> {
+        let (&kind, body) = span.split_first()?;
+        let full = kind.is_ascii_uppercase();
+        let end = body.iter().position(|&b| b == ESC);
+        let used = 1 + end.map_or(body.len(), |e| e + 1);
+        let body = &body[..end.unwrap_or(body.len())];
+        let text = match kind {
+            b'k' | b'K' => {
+                let mut text = String::new();
+                for addr in stack_addresses(body) {
+                    text.push_str(&self.symbols.frame(addr, full));
+                }
+                if !full {
+                    text.pop();
+                }
+                text
+            }
+            b'u' | b'U' => {
+                let colon = body.iter().position(|&b| b == b':')?;
+                let tgid = std::str::from_utf8(&body[..colon]).ok()?.parse().ok()?;
+                let addrs = stack_addresses(&body[colon + 1..]);
+                self.usymbols.frames(tgid, &addrs, full)
+            }
+            _ => return None,
+        };
+        Some((text, used))
+    }
+}
