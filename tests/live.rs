@@ -83,6 +83,9 @@ mod syscalls;
 #[path = "live/concurrency.rs"]
 mod concurrency;
 
+#[path = "live/families.rs"]
+mod families;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

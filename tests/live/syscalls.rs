@@ -131,6 +131,62 @@ fn syscall_any_names_the_call_and_its_number() {
     );
 }
 
+/// stap's synonyms of `syscall.*` (nd_, nd1_, nd2_ and tp_syscall) give
+/// the same variables as `syscall.openat` and its return, in one session;
+/// `syscall_any.return` names the call, its number and its value.
+#[test]
+fn syscall_synonyms_and_syscall_any_return_report_an_openat() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let path = probe_path("synonyms");
+    let mut script = String::from("global seen\n");
+    for family in ["nd_syscall", "nd1_syscall", "nd2_syscall", "tp_syscall"] {
+        script.push_str(&format!(
+            r#"probe {family}.openat {{
+  if (execname() == "stapSysSyn" && filename_unquoted == "{path}" && !seen["{family}"]++)
+    printf("{family} %s %s %s\n", name, flags_str, mode_str)
+}}
+probe {family}.openat.return {{
+  if (execname() == "stapSysSyn" && retval == -2 && !seen["{family}.return"]++)
+    printf("{family}.return %s %s\n", name, retstr)
+}}
+"#
+        ));
+    }
+    script.push_str(
+        r#"probe syscall_any.return {
+  if (execname() == "stapSysSyn" && name == "openat" && retval == -2 && !seen["any"]++)
+    printf("syscall_any.return %s %d %d\n", name, syscall_nr, retval)
+}
+probe timer.ms(100) { if (seen["any"] && seen["tp_syscall.return"]) exit() }
+"#,
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapSysSyn", "open", &path]);
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    let mut expected = Vec::new();
+    for family in ["nd_syscall", "nd1_syscall", "nd2_syscall", "tp_syscall"] {
+        expected.push(format!(
+            "{family} openat O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC S_IRUSR|S_IWUSR|S_IRGRP"
+        ));
+        // The trigger's second open is of a missing file.
+        expected.push(format!("{family}.return openat -2 (ENOENT)"));
+    }
+    expected.push(format!("syscall_any.return openat {} -2", libc::SYS_openat));
+    for line in &expected {
+        assert!(
+            lines.contains(&line.as_str()),
+            "no line {line:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
 /// prctl has no hand-written alias: its variables come from its trace
 /// event (option, arg2, ...), reached through a synonym family.
 #[test]

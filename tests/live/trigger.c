@@ -19,6 +19,17 @@
  *   trigger NAME getppid N           fork once; parent and child each call
  *                                    getppid N times (both CPUs busy in the
  *                                    same syscall at once)
+ *   trigger NAME family PATH         the signal, vfs, vm and scheduler
+ *                                    families: sleep 20 ms; handle SIGUSR1
+ *                                    and SIGUSR2, block SIGUSR2, tgkill
+ *                                    (self, SIGUSR2), sigpending, unblock
+ *                                    it, tkill(self, SIGUSR1); writev 3+4
+ *                                    bytes to PATH (created) and readv
+ *                                    them back; mmap three anonymous
+ *                                    pages, touch, munmap them; grow the
+ *                                    heap by 16 KiB with sbrk; fork a
+ *                                    child that exits 5, and wait for it
+ *   trigger NAME ifflags IFNAME      ioctl(SIOCGIFFLAGS) on IFNAME
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -27,7 +38,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -145,6 +161,79 @@ static int getppid_both(long n) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
 
+static volatile sig_atomic_t handled;
+static void count_signal(int sig) { (void)sig; handled++; }
+
+static int signals(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = count_signal;
+    if (sigaction(SIGUSR1, &action, NULL) < 0 || sigaction(SIGUSR2, &action, NULL) < 0) { perror("sigaction"); return 1; }
+    sigset_t usr2, pending;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    if (sigprocmask(SIG_BLOCK, &usr2, NULL) < 0) { perror("sigprocmask"); return 1; }
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    if (syscall(SYS_tgkill, getpid(), tid, SIGUSR2) < 0) { perror("tgkill"); return 1; }
+    if (sigpending(&pending) < 0 || !sigismember(&pending, SIGUSR2)) { perror("sigpending"); return 1; }
+    /* The pending SIGUSR2 is delivered on the way out of this call. */
+    if (sigprocmask(SIG_UNBLOCK, &usr2, NULL) < 0) { perror("sigprocmask"); return 1; }
+    if (syscall(SYS_tkill, tid, SIGUSR1) < 0) { perror("tkill"); return 1; }
+    return handled == 2 ? 0 : 1;
+}
+
+static int vectors(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) { perror("open"); return 1; }
+    char first[3] = "abc", second[4] = "defg";
+    struct iovec out[2] = {{first, sizeof first}, {second, sizeof second}};
+    if (writev(fd, out, 2) != 7) { perror("writev"); return 1; }
+    char a[3], b[4];
+    struct iovec in[2] = {{a, sizeof a}, {b, sizeof b}};
+    if (lseek(fd, 0, SEEK_SET) != 0 || readv(fd, in, 2) != 7) { perror("readv"); return 1; }
+    close(fd);
+    return memcmp(a, "abc", 3) == 0 && memcmp(b, "defg", 4) == 0 ? 0 : 1;
+}
+
+static int memory(void) {
+    long page = sysconf(_SC_PAGESIZE);
+    char *area = mmap(NULL, (size_t)(3 * page), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (area == MAP_FAILED) { perror("mmap"); return 1; }
+    /* A page fault on each page. */
+    for (long i = 0; i < 3; i++) area[i * page] = 1;
+    if (munmap(area, (size_t)(3 * page)) < 0) { perror("munmap"); return 1; }
+    if (sbrk(16384) == (void *)-1) { perror("sbrk"); return 1; }
+    return 0;
+}
+
+static int fork_and_wait(void) {
+    pid_t child = fork();
+    if (child < 0) { perror("fork"); return 1; }
+    if (child == 0) _exit(5);
+    int status;
+    if (waitpid(child, &status, 0) != child) { perror("waitpid"); return 1; }
+    return WIFEXITED(status) && WEXITSTATUS(status) == 5 ? 0 : 1;
+}
+
+static int families(const char *path) {
+    /* A timer wakes us from this sleep (scheduler.wakeup). */
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    if (signals() || vectors(path) || memory() || fork_and_wait()) return 1;
+    return 0;
+}
+
+static int interface_flags(const char *name) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0) { perror("socket"); return 1; }
+    struct ifreq request;
+    memset(&request, 0, sizeof request);
+    snprintf(request.ifr_name, sizeof request.ifr_name, "%s", name);
+    if (ioctl(fd, SIOCGIFFLAGS, &request) < 0) { perror("SIOCGIFFLAGS"); return 1; }
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     prctl(PR_SET_NAME, argv[1], 0, 0, 0);
@@ -156,5 +245,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "open") == 0 && argc == 4) return open_files(argv[3]);
     if (strcmp(argv[2], "chdirs") == 0 && argc == 4) return failing_chdirs_then_wait(atoi(argv[3]));
     if (strcmp(argv[2], "getppid") == 0 && argc == 4) return getppid_both(atol(argv[3]));
+    if (strcmp(argv[2], "family") == 0 && argc == 4) return families(argv[3]);
+    if (strcmp(argv[2], "ifflags") == 0 && argc == 4) return interface_flags(argv[3]);
     return usage();
 }

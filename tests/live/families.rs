@@ -1,0 +1,581 @@
+//! One live test per tapset family that tests/live/tapsets.rs and the
+//! example tests leave out (the coverage table is in
+//! docs/compatibility.md): the trigger makes the event happen under a name
+//! of its own, and the test checks the alias's variables against what it
+//! did. The tracepoint-backed families run here and in the guests; the
+//! function-backed ones (netdev control, the MIB counters, the signal
+//! helpers) skip where kernel functions cannot be probed and run in the
+//! guests (`tests/vm/run 6.12 -- families::`).
+
+use super::{Session, assert_success, build, serial};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Asserts that every `expected` line is among the session's output lines.
+#[track_caller]
+fn assert_lines(done: &super::Finished, expected: &[String]) {
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for line in expected {
+        assert!(
+            lines.contains(&line.as_str()),
+            "no line {line:?}; stdout:\n{}\nstderr:\n{}",
+            done.stdout,
+            done.stderr
+        );
+    }
+}
+
+/// Why kernel functions cannot be probed here, or `None` when they can.
+fn no_function_probes() -> Option<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", r#"probe kernel.function("dev_open") { }"#])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (!out.status.success()).then(|| {
+        stderr
+            .lines()
+            .find(|l| l.starts_with("error"))
+            .unwrap_or("kernel functions cannot be probed")
+            .trim_start_matches("error: ")
+            .to_string()
+    })
+}
+
+/// signal.* over the syscall and signal tracepoints, vfs.readv/writev,
+/// vm.munmap and the scheduler's wakeup, cpu_off, signal_send,
+/// wakeup_new, process_wait and process_free: `trigger family` signals
+/// itself with tgkill (blocked, then pending) and tkill, writes and reads
+/// two iovecs, unmaps three pages, and forks and waits for a child.
+#[test]
+fn signal_vfs_vm_and_scheduler_aliases_follow_a_trigger() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-families-vectors.txt");
+    let page = 4096;
+    let script = format!(
+        r#"global child, seen
+probe signal.systgkill {{ if (execname() == "stapFamTrig") printf("systgkill %s %s %d %d\n", name, sig_name, sig_pid == tid(), tgid == pid()) }}
+probe signal.systgkill.return {{ if (execname() == "stapFamTrig") printf("systgkill.return %s\n", retstr) }}
+probe signal.systkill {{ if (execname() == "stapFamTrig") printf("systkill %s %s %d\n", name, sig_name, sig_pid == tid()) }}
+probe signal.systkill.return {{ if (execname() == "stapFamTrig") printf("systkill.return %s\n", retstr) }}
+probe signal.pending {{ if (execname() == "stapFamTrig") printf("pending %s %d %d\n", name, sigset_size, sigset_add != 0) }}
+probe signal.pending.return {{ if (execname() == "stapFamTrig") printf("pending.return %s\n", retstr) }}
+probe signal.deliver {{ if (execname() == "stapFamTrig") printf("deliver %s %d %d\n", sig_name, sa_handler > 1, sig_code) }}
+probe scheduler.signal_send {{ if (execname() == "stapFamTrig" && signal_number != 17) printf("signal_send %s %d %d\n", name, signal_number, pid == pid()) }}
+probe vfs.writev {{ if (execname() == "stapFamTrig") printf("writev %s %d %d\n", name, vlen, bytes_to_write) }}
+probe vfs.writev.return {{ if (execname() == "stapFamTrig") printf("writev.return %d %d %s\n", bytes_written, error, retstr) }}
+probe vfs.readv {{ if (execname() == "stapFamTrig") printf("readv %s %d %d\n", name, vlen, bytes_to_read) }}
+probe vfs.readv.return {{ if (execname() == "stapFamTrig") printf("readv.return %d %d %s\n", bytes_read, error, retstr) }}
+probe vm.munmap {{ if (execname() == "stapFamTrig" && length == 3 * {page}) printf("munmap %s %d %d\n", name, length, address != 0) }}
+probe scheduler.wakeup {{ if (task_execname(task) == "stapFamTrig" && !seen["wakeup"]++) printf("wakeup %s %d %d\n", name, task_tid == task_pid, task_priority >= 0) }}
+probe scheduler.cpu_off {{ if (execname() == "stapFamTrig" && !seen["cpu_off"]++) printf("cpu_off %s %d %d\n", name, task_prev == task_current(), idle) }}
+probe scheduler.process_fork {{ if (execname() == "stapFamTrig") child = child_pid }}
+probe scheduler.wakeup_new {{ if (child && task_pid == child) printf("wakeup_new %s %d %d\n", name, task_tid == child, task_cpu >= 0) }}
+probe scheduler.process_wait {{ if (execname() == "stapFamTrig") printf("process_wait %s %d\n", name, pid == child) }}
+probe scheduler.process_free {{ if (child && pid == child) {{ printf("process_free %s %d\n", name, priority >= 0); exit() }} }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let status = Command::new(&trigger)
+        .args(["stapFamTrig", "family"])
+        .arg(&file)
+        .status()
+        .expect("running the trigger");
+    assert!(status.success(), "trigger family failed: {status}");
+    let done = session.finish();
+    assert_success(&done);
+    // SIGUSR1 is 10, SIGUSR2 12; tkill and tgkill give si_code SI_TKILL (-6).
+    let expected = [
+        "systgkill systgkill SIGUSR2 1 1",
+        "systgkill.return 0",
+        "signal_send signal_send 12 1",
+        "pending pending 8 1",
+        "pending.return 0",
+        "deliver SIGUSR2 1 -6",
+        "systkill systkill SIGUSR1 1",
+        "systkill.return 0",
+        "signal_send signal_send 10 1",
+        "deliver SIGUSR1 1 -6",
+        "writev vfs.writev 2 7",
+        "writev.return 7 0 7",
+        "readv vfs.readv 2 7",
+        "readv.return 7 0 7",
+        "munmap munmap 12288 1",
+        "wakeup wakeup 1 1",
+        "cpu_off cpu_off 1 0",
+        "wakeup_new wakeup_new 1 1",
+        "process_wait process_wait 1",
+        "process_free process_free 1",
+    ];
+    assert_lines(&done, &expected.map(String::from));
+    let _ = std::fs::remove_file(&file);
+}
+
+/// The number and name of each interrupt line, from /proc/interrupts
+/// ("  41:   0   19579  PCI-MSIX-0000:00:04.0  1-edge  virtio3-rx").
+fn interrupt_line(irq: u32) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/interrupts").ok()?;
+    table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{irq}:")))
+        .map(str::to_string)
+}
+
+/// irq_handler.entry/.exit, softirq.exit and workqueue.insert/.execute:
+/// a synced write makes disk interrupts and writeback work. The interrupt
+/// an alias reports must be the line /proc/interrupts lists under its
+/// number, and work must run the function it was queued with, in a
+/// kworker.
+#[test]
+fn irq_softirq_and_workqueue_aliases_agree_with_the_kernel() {
+    let _one = serial();
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-families-irq.bin");
+    let script = r#"global queued, seen
+probe irq_handler.entry { if (!seen["entry"]++) printf("irq_handler.entry %d %s %d %d\n", irq, dev_name, handler != 0, action != 0) }
+probe irq_handler.exit { if (!seen["exit"]++) printf("irq_handler.exit %d %s %d\n", irq, dev_name, ret) }
+probe softirq.exit { if (!seen["softirq"]++) printf("softirq.exit %d\n", vec_nr >= 0 && vec_nr < 10) }
+probe workqueue.insert { queued[work] = work_func }
+probe workqueue.execute { if (work in queued && queued[work] == work_func && !seen["wq"]++) printf("workqueue.execute %s %s\n", execname(), symname(work_func)) }
+probe timer.ms(100) { if (seen["entry"] && seen["exit"] && seen["softirq"] && seen["wq"]) exit() }"#;
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut round = 0u8;
+    while !session.has_exited() && Instant::now() < deadline {
+        std::fs::write(&file, vec![round; 1 << 16]).expect("writing the file");
+        std::fs::File::open(&file)
+            .expect("opening it")
+            .sync_all()
+            .expect("fsync");
+        let _ = Command::new("sync").status();
+        std::thread::sleep(Duration::from_millis(200));
+        round = round.wrapping_add(1);
+    }
+    let done = session.finish();
+    assert_success(&done);
+    let _ = std::fs::remove_file(&file);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    for alias in ["irq_handler.entry", "irq_handler.exit"] {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{alias} ")))
+            .unwrap_or_else(|| panic!("no {alias} line; stdout:\n{}", done.stdout));
+        let fields: Vec<&str> = line.split(' ').collect();
+        let irq: u32 = fields[1].parse().expect("an irq number");
+        let listed = interrupt_line(irq).unwrap_or_default();
+        assert!(
+            !fields[2].is_empty() && listed.split_whitespace().any(|w| w == fields[2]),
+            "{line}: /proc/interrupts has {listed:?}"
+        );
+        if alias == "irq_handler.entry" {
+            assert_eq!(&fields[3..], ["1", "1"], "{line}");
+        } else {
+            // IRQ_NONE, IRQ_HANDLED or IRQ_WAKE_THREAD.
+            assert!(["0", "1", "2"].contains(&fields[3]), "{line}");
+        }
+    }
+    assert!(
+        lines.contains(&"softirq.exit 1"),
+        "stdout:\n{}",
+        done.stdout
+    );
+    let work = lines
+        .iter()
+        .find(|l| l.starts_with("workqueue.execute "))
+        .unwrap_or_else(|| panic!("no workqueue line; stdout:\n{}", done.stdout));
+    let fields: Vec<&str> = work.split(' ').collect();
+    assert!(
+        fields[1].starts_with("kworker/") && !fields[2].starts_with("0x"),
+        "{work}"
+    );
+}
+
+/// socket.sendmsg.return, socket.recvmsg.return and their stap names
+/// socket.send and socket.receive: a 1234-byte UDP datagram over loopback
+/// from this process, then a receive that would block (EAGAIN).
+#[test]
+fn socket_message_returns_report_sizes_and_failures() {
+    let _one = serial();
+    let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the receiver");
+    let to = receiver.local_addr().expect("local address");
+    let script = r#"global done
+probe socket.sendmsg.return, socket.send { if (pid() == $1 && size == 1234) printf("%s %d %d p%d f%d t%d\n", name, size, success, protocol, family, type) }
+probe socket.recvmsg.return, socket.receive { if (pid() == $1 && (size == 1234 || size == -11)) { printf("%s %d %d p%d f%d t%d\n", name, size, success, protocol, family, type); if (size < 0) done++ } }
+probe timer.ms(100) { if (done == 2) exit() }"#;
+    let pid = std::process::id().to_string();
+    let mut session = Session::start(&["-e", script, &pid]);
+    session.wait_ready();
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the sender");
+    sender.send_to(&[7u8; 1234], to).expect("sending");
+    let mut buffer = [0u8; 2048];
+    let (got, _) = receiver.recv_from(&mut buffer).expect("receiving");
+    assert_eq!(got, 1234);
+    receiver.set_nonblocking(true).expect("non-blocking");
+    let would_block = receiver
+        .recv_from(&mut buffer)
+        .expect_err("nothing more to read");
+    assert_eq!(would_block.kind(), std::io::ErrorKind::WouldBlock);
+    let done = session.finish();
+    assert_success(&done);
+    // IPPROTO_UDP 17, AF_INET 2, SOCK_DGRAM 2; EAGAIN is 11.
+    let expected = [
+        "socket.sendmsg 1234 1 p17 f2 t2",
+        "socket.send 1234 1 p17 f2 t2",
+        "socket.recvmsg 1234 1 p17 f2 t2",
+        "socket.receive 1234 1 p17 f2 t2",
+        "socket.recvmsg -11 0 p17 f2 t2",
+        "socket.receive -11 0 p17 f2 t2",
+    ];
+    assert_lines(&done, &expected.map(String::from));
+}
+
+/// The kernel's name of the block device holding `path` ("vda", "sda1"),
+/// or `None` on a file system without one (tmpfs in the guests).
+fn block_device_name(path: &Path) -> Option<String> {
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = ((dev >> 8) & 0xfff, (dev & 0xff) | ((dev >> 12) & 0xfff00));
+    let uevent = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent")).ok()?;
+    uevent
+        .lines()
+        .find_map(|l| l.strip_prefix("DEVNAME="))
+        .map(str::to_string)
+}
+
+/// ioblock_trace.request and ioblock.end: a synced write under the target
+/// directory, on its block device. (ioblock_trace.end's tracepoint fires
+/// only for remapped bios, which neither this host's disk nor the guests'
+/// tmpfs make.)
+#[test]
+fn ioblock_request_and_end_name_the_disk_written_to() {
+    let _one = serial();
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-families-block.bin");
+    std::fs::write(&file, b"").expect("creating the file");
+    let Some(disk) = block_device_name(&file) else {
+        eprintln!(
+            "stap-rs-skip: {} is on no block device, so no bio is made",
+            file.display()
+        );
+        return;
+    };
+    let script = format!(
+        r#"global seen
+probe ioblock_trace.request {{ if (devname == "{disk}" && rw == BIO_WRITE && !seen[name]++) printf("%s %s %d %d\n", name, devname, size > 0 && bytes_done == size, p_start_sect >= 0) }}
+probe ioblock.end {{ if (devname == "{disk}" && rw == BIO_WRITE && !seen[name]++) printf("%s %s %d %d\n", name, devname, bytes_done > 0, error) }}
+probe timer.ms(100) {{ if (seen["ioblock_trace.request"] && seen["ioblock.end"]) exit() }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let mut round = 0u8;
+    while !session.has_exited() && round < 50 {
+        std::fs::write(&file, vec![round; 1 << 16]).expect("writing the file");
+        std::fs::File::open(&file)
+            .expect("opening it")
+            .sync_all()
+            .expect("fsync");
+        std::thread::sleep(Duration::from_millis(200));
+        round += 1;
+    }
+    let done = session.finish();
+    assert_success(&done);
+    let _ = std::fs::remove_file(&file);
+    assert_lines(
+        &done,
+        &[
+            format!("ioblock_trace.request {disk} 1 1"),
+            format!("ioblock.end {disk} 1 0"),
+        ],
+    );
+}
+
+/// netfilter.ipv4.* and netfilter.ip.* at the hooks other tests leave out
+/// (post_routing, pre_routing, local_in): one UDP datagram to a loopback
+/// port passes all three on `lo`.
+#[test]
+fn netfilter_ipv4_hooks_see_a_datagram_cross_loopback() {
+    let _one = serial();
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", "probe netfilter.ipv4.pre_routing { }"])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(line) = stderr.lines().find(|l| l.contains("not available")) {
+        eprintln!("stap-rs-skip: {}", line.trim_start_matches("error: "));
+        return;
+    }
+    let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the receiver");
+    let port = receiver.local_addr().expect("local address").port();
+    let mut script = String::from("global seen\n");
+    for (alias, device) in [
+        ("netfilter.ipv4.post_routing", "outdev_name"),
+        ("netfilter.ipv4.pre_routing", "indev_name"),
+        ("netfilter.ipv4.local_in", "indev_name"),
+        ("netfilter.ip.post_routing", "outdev_name"),
+        ("netfilter.ip.pre_routing", "indev_name"),
+        ("netfilter.ip.local_in", "indev_name"),
+    ] {
+        script.push_str(&format!(
+            r#"probe {alias} {{ if (protocol == 17 && dport == {port} && !seen["{alias}"]++) printf("{alias} %s %s -> %s:%d %s %d %d\n", pf, saddr, daddr, dport, {device}, length, family) }}
+"#
+        ));
+    }
+    script.push_str("probe timer.ms(100) { if (seen[\"netfilter.ip.local_in\"] && seen[\"netfilter.ipv4.local_in\"]) exit() }\n");
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the sender");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !session.has_exited() && Instant::now() < deadline {
+        sender
+            .send_to(b"stap-rs", ("127.0.0.1", port))
+            .expect("sending");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let done = session.finish();
+    assert_success(&done);
+    // 20 bytes of IPv4 header, 8 of UDP and 7 of data; AF_INET is 2.
+    let expected: Vec<String> = [
+        "netfilter.ipv4.post_routing",
+        "netfilter.ipv4.pre_routing",
+        "netfilter.ipv4.local_in",
+        "netfilter.ip.post_routing",
+        "netfilter.ip.pre_routing",
+        "netfilter.ip.local_in",
+    ]
+    .iter()
+    .map(|alias| format!("{alias} ipv4 127.0.0.1 -> 127.0.0.1:{port} lo 35 2"))
+    .collect();
+    assert_lines(&done, &expected);
+}
+
+/// The function-backed signal.*, vfs.open and vm.* aliases (kprobes or
+/// fentry: the guests): the same `trigger family` run as above.
+#[test]
+fn function_backed_signal_vfs_and_vm_aliases_follow_a_trigger() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let trigger = build("trigger");
+    let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stap-families-functions.txt");
+    let script = r#"global seen
+probe signal.checkperm { if (execname() == "stapFamFunc" && sig == 10) printf("checkperm %s %s %d %s %s\n", name, sig_name, sig_pid == pid(), pid_name, si_code) }
+probe signal.checkperm.return { if (execname() == "stapFamFunc" && !seen[name]++) printf("checkperm.return %s\n", retstr) }
+probe signal.do_action { if (execname() == "stapFamFunc" && sig == 10) printf("do_action %s %s %d\n", name, sig_name, sa_handler > 1) }
+probe signal.do_action.return { if (execname() == "stapFamFunc" && !seen[name]++) printf("do_action.return %s\n", retstr) }
+probe signal.procmask { if (execname() == "stapFamFunc" && how == 0) printf("procmask %s %d\n", name, sigset) }
+probe signal.procmask.return { if (execname() == "stapFamFunc" && !seen[name]++) printf("procmask.return %s\n", retstr) }
+probe signal.wakeup { if (execname() == "stapFamFunc" && !seen[name]++) printf("wakeup %s %d %s %d\n", name, sig_pid == pid(), pid_name, resume) }
+probe vfs.open { if (execname() == "stapFamFunc" && pathname == "stap-families-functions.txt") printf("vfs.open %s %s\n", name, pathname) }
+probe vfs.open.return { if (execname() == "stapFamFunc" && pathname == "stap-families-functions.txt") printf("vfs.open.return %d %s\n", error, retstr) }
+probe vm.brk { if (execname() == "stapFamFunc" && !seen[name]++) printf("brk %s %d %d\n", name, length > 0 && length % 4096 == 0, address != 0) }
+probe vm.pagefault.return { if (execname() == "stapFamFunc" && !seen["fault"]++) printf("pagefault.return %s %d\n", name, fault_type & 3) }
+probe scheduler.process_exit { if (execname() == "stapFamFunc" && pid == pid()) exit() }"#;
+    let mut session = Session::start_for(120, &["-e", script]);
+    session.wait_ready();
+    let status = Command::new(&trigger)
+        .args(["stapFamFunc", "family"])
+        .arg(&file)
+        .status()
+        .expect("running the trigger");
+    assert!(status.success(), "trigger family failed: {status}");
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    let _ = std::fs::remove_file(&file);
+    // tkill's SIGUSR1 (10), handled; SIG_BLOCK (0) of SIGUSR2 (bit 11).
+    let expected = [
+        "checkperm checkperm SIGUSR1 1 stapFamFunc SI_TKILL",
+        "checkperm.return 0",
+        "do_action do_action SIGUSR1 1",
+        "do_action.return 0",
+        "procmask procmask 2048",
+        "procmask.return 0",
+        "wakeup wakeup 1 stapFamFunc 0",
+        "vfs.open vfs.open stap-families-functions.txt",
+        "vfs.open.return 0 0",
+        "brk brk 1 1",
+        "pagefault.return pagefault 0",
+    ];
+    assert_lines(&done, &expected.map(String::from));
+}
+
+/// A veth pair of our own, deleted on drop.
+struct Veth {
+    name: String,
+}
+
+impl Veth {
+    fn ip(args: &[&str]) {
+        let status = Command::new("ip").args(args).status().expect("running ip");
+        assert!(status.success(), "ip {args:?} failed");
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.name])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// netdev.* control aliases (kernel functions: the guests): a veth link
+/// is created, given an MTU and a MAC address, brought up, made
+/// promiscuous, asked its flags by ioctl and its statistics by netlink,
+/// brought down and deleted.
+#[test]
+fn netdev_control_aliases_follow_a_veth_link() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let trigger = build("trigger");
+    let tag = std::process::id() % 100_000;
+    let link = Veth {
+        name: format!("stF{tag}a"),
+    };
+    let peer = format!("stF{tag}b");
+    let name = link.name.clone();
+    let script = format!(
+        r#"global seen
+probe netdev.register {{ if (dev_name == "{name}" || dev_name == "{peer}") printf("register %s\n", dev_name) }}
+probe netdev.change_mtu {{ if (dev_name == "{name}") printf("change_mtu %d %d\n", old_mtu, new_mtu) }}
+probe netdev.change_mac {{ if (dev_name == "{name}") printf("change_mac %d %s\n", mac_len, new_mac) }}
+probe netdev.open {{ if (dev_name == "{name}") printf("open %s\n", dev_name) }}
+probe netdev.set_promiscuity {{ if (dev_name == "{name}") printf("set_promiscuity %d %d %d\n", inc, enable, disable) }}
+probe netdev.ioctl {{ if (arg == "\"{name}\"") printf("ioctl %#x %s\n", cmd, arg) }}
+probe netdev.get_stats {{ if (dev_name == "{name}" && !seen["stats"]++) printf("get_stats %s\n", dev_name) }}
+probe netdev.close {{ if (dev_name == "{name}") printf("close %s\n", dev_name) }}
+probe netdev.unregister {{ if (dev_name == "{name}" || dev_name == "{peer}") {{ printf("unregister %s\n", dev_name); if (seen["unregister"]++) exit() }} }}"#
+    );
+    let mut session = Session::start_for(120, &["-e", &script]);
+    session.wait_ready();
+    Veth::ip(&["link", "add", &name, "type", "veth", "peer", "name", &peer]);
+    Veth::ip(&["link", "set", &name, "mtu", "1400"]);
+    Veth::ip(&["link", "set", &name, "address", "02:5a:70:00:01:01"]);
+    Veth::ip(&["link", "set", &name, "up"]);
+    Veth::ip(&["link", "set", &name, "promisc", "on"]);
+    let status = Command::new(&trigger)
+        .args(["stapFamNet", "ifflags", &name])
+        .status()
+        .expect("running the trigger");
+    assert!(status.success(), "trigger ifflags failed: {status}");
+    let stats = Command::new("ip")
+        .args(["-s", "link", "show", &name])
+        .output()
+        .expect("running ip -s");
+    assert!(stats.status.success());
+    Veth::ip(&["link", "set", &name, "down"]);
+    Veth::ip(&["link", "del", &name]);
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    // SIOCGIFFLAGS is 0x8913.
+    let expected = [
+        format!("register {name}"),
+        format!("register {peer}"),
+        "change_mtu 1500 1400".to_string(),
+        "change_mac 6 02:5a:70:00:01:01".to_string(),
+        format!("open {name}"),
+        "set_promiscuity 1 1 0".to_string(),
+        format!("ioctl 0x8913 \"{name}\""),
+        format!("get_stats {name}"),
+        format!("close {name}"),
+        format!("unregister {name}"),
+        format!("unregister {peer}"),
+    ];
+    assert_lines(&done, &expected);
+}
+
+/// tcpmib.*, ipmib.* and linuxmib-style counting through a script's own
+/// filter functions (kernel functions: the guests): four loopback
+/// connections to a listener of ours (the last one reset with SO_LINGER 0)
+/// and one connect to a closed port, counted under the two port numbers.
+#[test]
+fn mib_counters_count_connections_under_the_scripts_filter_key() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listening");
+    let open = listener.local_addr().expect("address").port();
+    let closed = {
+        let spare = std::net::TcpListener::bind("127.0.0.1:0").expect("binding");
+        spare.local_addr().expect("address").port()
+    };
+    let script = r#"global entered
+function __key:long (a:long, b:long) {
+  return (a == $1 || b == $1) ? $1 : ((a == $2 || b == $2) ? $2 : 0)
+}
+function tcpmib_filter_key:long (sk:long, op:long) {
+  return sk ? __key(tcpmib_local_port(sk), tcpmib_remote_port(sk)) : 0
+}
+function ipmib_filter_key:long (skb:long, op:long, SourceIsLocal:long) {
+  if (!skb || ipmib_get_proto(skb) != 6) return 0
+  return __key(ipmib_tcp_local_port(skb, SourceIsLocal), ipmib_tcp_remote_port(skb, SourceIsLocal))
+}
+probe tcpmib.ActiveOpens, tcpmib.PassiveOpens, tcpmib.AttemptFails, tcpmib.OutRsts,
+      tcpmib.EstabResets, tcpmib.InSegs, tcpmib.OutSegs, ipmib.InReceives, ipmib.OutRequests { }
+probe tcpmib.CurrEstab { if (op > 0 && tcpmib_filter_key(sk, op) == $1) entered++ }
+probe end {
+  printf("ActiveOpens %d PassiveOpens %d CurrEstab %d entered %d\n", ActiveOpens[$1], PassiveOpens[$1], CurrEstab[$1], entered)
+  printf("AttemptFails %d closed %d\n", AttemptFails[$2], AttemptFails[$1])
+  printf("resets %d %d\n", EstabResets[$1] > 0, OutRsts[$1] > 0)
+  printf("segments %d %d %d %d\n", InSegs[$1] >= 4, OutSegs[$1] >= 4, InReceives[$1] >= 8, OutRequests[$1] >= 8)
+}"#;
+    let (open_arg, closed_arg) = (open.to_string(), closed.to_string());
+    let mut session = Session::start_for(60, &["-e", script, &open_arg, &closed_arg]);
+    session.wait_ready();
+    let server = std::thread::spawn(move || {
+        use std::io::Read;
+        for _ in 0..4 {
+            let (mut stream, _) = listener.accept().expect("accepting");
+            let mut sink = Vec::new();
+            let _ = stream.read_to_end(&mut sink);
+        }
+    });
+    for round in 0..4 {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", open)).expect("connecting");
+        stream.write_all(b"stap-rs mib").expect("writing");
+        if round == 3 {
+            // Linger 0: close sends a reset on an established connection.
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: setsockopt reads a linger struct of the size given.
+            let rc = unsafe {
+                libc::setsockopt(
+                    stream.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    std::ptr::addr_of!(linger).cast(),
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0, "SO_LINGER");
+        }
+    }
+    server.join().expect("the server");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", closed)).is_err());
+    // Time for the last closes to reach their states before the end.
+    std::thread::sleep(Duration::from_secs(2));
+    let _ = Command::new("kill")
+        .args(["-INT", &session.pid().to_string()])
+        .status();
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    let expected = [
+        "ActiveOpens 4 PassiveOpens 4 CurrEstab 0 entered 8",
+        "AttemptFails 1 closed 0",
+        "resets 1 1",
+        "segments 1 1 1 1",
+    ];
+    assert_lines(&done, &expected.map(String::from));
+}
