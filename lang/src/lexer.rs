@@ -534,7 +534,8 @@ pub fn disambiguate(tokens: Vec<PpToken>) -> Vec<PpToken> {
     let mut iter = tokens.into_iter().peekable();
     while let Some(mut tok) = iter.next() {
         let prev = out.last().map(|p| &p.token);
-        let mut ends_operand = tok.token.ends_operand();
+        // After `->` even a keyword is a field name (`->next - 1`): an operand.
+        let mut ends_operand = tok.token.ends_operand() || prev == Some(&Token::Arrow);
         tok.token = match tok.token {
             Token::Str(s) => {
                 if let Some(PpToken {
@@ -683,6 +684,8 @@ mod tests {
         );
         assert_eq!(kinds("(-1)")[1], Token::UnaryMinus);
         assert_eq!(kinds("f(x)-1")[4], Token::Minus);
+        assert_eq!(kinds("p->next - 1")[3], Token::Minus);
+        assert_eq!(kinds("p->next & 1")[3], Token::Amp);
     }
 
     #[test]
