@@ -30,11 +30,14 @@
  *                                    heap by 16 KiB with sbrk; fork a
  *                                    child that exits 5, and wait for it
  *   trigger NAME ifflags IFNAME      ioctl(SIOCGIFFLAGS) on IFNAME
+ *   trigger NAME threads N           start N threads, each naming itself
+ *                                    NAME-N, and join them
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +237,28 @@ static int interface_flags(const char *name) {
     return 0;
 }
 
+static const char *thread_base;
+
+static void *named_thread(void *number) {
+    char name[16];
+    snprintf(name, sizeof name, "%s-%ld", thread_base, (long)number);
+    prctl(PR_SET_NAME, name, 0, 0, 0);
+    /* Long enough to be seen running under its new name. */
+    struct timespec nap = {0, 20 * 1000 * 1000};
+    nanosleep(&nap, NULL);
+    return NULL;
+}
+
+static int threads(const char *base, long n) {
+    pthread_t ids[16];
+    if (n < 1 || n > 16) return usage();
+    thread_base = base;
+    for (long i = 0; i < n; i++)
+        if (pthread_create(&ids[i], NULL, named_thread, (void *)(i + 1)) != 0) return 1;
+    for (long i = 0; i < n; i++) pthread_join(ids[i], NULL);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     prctl(PR_SET_NAME, argv[1], 0, 0, 0);
@@ -247,5 +272,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "getppid") == 0 && argc == 4) return getppid_both(atol(argv[3]));
     if (strcmp(argv[2], "family") == 0 && argc == 4) return families(argv[3]);
     if (strcmp(argv[2], "ifflags") == 0 && argc == 4) return interface_flags(argv[3]);
+    if (strcmp(argv[2], "threads") == 0 && argc == 4) return threads(argv[1], atol(argv[3]));
     return usage();
 }
