@@ -290,11 +290,12 @@ probe timer.ms(100) {{ if (seen["ioblock_trace.request"] && seen["ioblock.end"])
     );
 }
 
-/// netfilter.ipv4.* and netfilter.ip.* at the hooks other tests leave out
-/// (post_routing, pre_routing, local_in): one UDP datagram to a loopback
-/// port passes all three on `lo`.
+/// netfilter.ipv4.*, netfilter.ipv6.* and netfilter.ip.* at the hooks
+/// other tests leave out (post_routing, pre_routing, local_in): UDP
+/// datagrams to loopback ports, over IPv4 and (where the machine has ::1)
+/// IPv6, pass all three on `lo`.
 #[test]
-fn netfilter_ipv4_hooks_see_a_datagram_cross_loopback() {
+fn netfilter_ip_hooks_see_datagrams_cross_loopback() {
     let _one = serial();
     let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
         .args(["-p2", "-e", "probe netfilter.ipv4.pre_routing { }"])
@@ -307,45 +308,75 @@ fn netfilter_ipv4_hooks_see_a_datagram_cross_loopback() {
     }
     let receiver = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the receiver");
     let port = receiver.local_addr().expect("local address").port();
-    let mut script = String::from("global seen\n");
-    for (alias, device) in [
-        ("netfilter.ipv4.post_routing", "outdev_name"),
-        ("netfilter.ipv4.pre_routing", "indev_name"),
-        ("netfilter.ipv4.local_in", "indev_name"),
-        ("netfilter.ip.post_routing", "outdev_name"),
-        ("netfilter.ip.pre_routing", "indev_name"),
-        ("netfilter.ip.local_in", "indev_name"),
-    ] {
-        script.push_str(&format!(
-            r#"probe {alias} {{ if (protocol == 17 && dport == {port} && !seen["{alias}"]++) printf("{alias} %s %s -> %s:%d %s %d %d\n", pf, saddr, daddr, dport, {device}, length, family) }}
-"#
-        ));
+    let receiver6 = std::net::UdpSocket::bind("[::1]:0").ok();
+    let port6 = receiver6
+        .as_ref()
+        .map_or(0, |r| r.local_addr().expect("local address").port());
+    if receiver6.is_none() {
+        eprintln!("no IPv6 loopback address: netfilter.ipv6.* is not checked");
     }
-    script.push_str("probe timer.ms(100) { if (seen[\"netfilter.ip.local_in\"] && seen[\"netfilter.ipv4.local_in\"]) exit() }\n");
+    let hooks = [
+        ("post_routing", "outdev_name"),
+        ("pre_routing", "indev_name"),
+        ("local_in", "indev_name"),
+    ];
+    // (alias, its pf, the port its datagrams go to)
+    let mut points = Vec::new();
+    for (hook, _) in hooks {
+        points.push((format!("netfilter.ipv4.{hook}"), "ipv4", port));
+        points.push((format!("netfilter.ip.{hook}"), "ipv4", port));
+        if receiver6.is_some() {
+            points.push((format!("netfilter.ipv6.{hook}"), "ipv6", port6));
+            points.push((format!("netfilter.ip.{hook}"), "ipv6", port6));
+        }
+    }
+    let mut script = String::from("global seen, lines\n");
+    for (hook, device) in hooks {
+        for family in ["ipv4", "ipv6", "ip"] {
+            if family == "ipv6" && receiver6.is_none() {
+                continue;
+            }
+            let alias = format!("netfilter.{family}.{hook}");
+            script.push_str(&format!(
+                r#"probe {alias} {{ if (protocol == 17 && (dport == {port} || dport == {port6}) && !seen["{alias}", pf]++) {{ lines++; printf("{alias} %s %s -> %s %d %s %d %d\n", pf, saddr, daddr, dport, {device}, length, family) }} }}
+"#
+            ));
+        }
+    }
+    script.push_str(&format!(
+        "probe timer.ms(100) {{ if (lines == {}) exit() }}\n",
+        points.len()
+    ));
     let mut session = Session::start(&["-e", &script]);
     session.wait_ready();
     let sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("binding the sender");
+    let sender6 = receiver6
+        .as_ref()
+        .map(|_| std::net::UdpSocket::bind("[::1]:0").expect("binding the sender"));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !session.has_exited() && Instant::now() < deadline {
         sender
             .send_to(b"stap-rs", ("127.0.0.1", port))
             .expect("sending");
+        if let Some(sender6) = &sender6 {
+            sender6
+                .send_to(b"stap-rs", ("::1", port6))
+                .expect("sending");
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
     let done = session.finish();
     assert_success(&done);
-    // 20 bytes of IPv4 header, 8 of UDP and 7 of data; AF_INET is 2.
-    let expected: Vec<String> = [
-        "netfilter.ipv4.post_routing",
-        "netfilter.ipv4.pre_routing",
-        "netfilter.ipv4.local_in",
-        "netfilter.ip.post_routing",
-        "netfilter.ip.pre_routing",
-        "netfilter.ip.local_in",
-    ]
-    .iter()
-    .map(|alias| format!("{alias} ipv4 127.0.0.1 -> 127.0.0.1:{port} lo 35 2"))
-    .collect();
+    // Headers of 20 (IPv4) or 40 (IPv6) bytes, 8 of UDP and 7 of data;
+    // AF_INET is 2, AF_INET6 10; stap prints IPv6 addresses as %pI6.
+    let v6 = "0000:0000:0000:0000:0000:0000:0000:0001";
+    let expected: Vec<String> = points
+        .iter()
+        .map(|(alias, pf, port)| match *pf {
+            "ipv4" => format!("{alias} ipv4 127.0.0.1 -> 127.0.0.1 {port} lo 35 2"),
+            _ => format!("{alias} ipv6 {v6} -> {v6} {port} lo 55 10"),
+        })
+        .collect();
     assert_lines(&done, &expected);
 }
 
