@@ -4,8 +4,12 @@
 //!
 //! Layout (kernel/bpf/ringbuf.c): at offset 0 of the map fd, one writable
 //! page holding the consumer position; at offset `page`, one read-only page
-//! holding the producer position followed by the data area, mapped twice in
-//! a row so a record that wraps around the end is still contiguous. Each
+//! holding the producer position followed by the data area. The kernel
+//! offers the data area twice in a row, so that a record wrapping around
+//! the end reads as one piece; we map it once and copy the rare wrapping
+//! record, because every mapped page of a ring is resident from the start
+//! (the kernel maps them all at mmap time): the second copy doubled the
+//! ring's share of the process's RSS (bench/analysis.md, "RSS"). Each
 //! record starts with an 8-byte header `{u32 len, u32 page_offset}`, where
 //! `len` carries the BUSY (not yet committed) and DISCARD bits; records are
 //! padded to 8 bytes.
@@ -27,6 +31,8 @@ pub struct RingBuf {
     page: usize,
     /// Bytes of data area (a power of two, the map's `max_entries`).
     size: u64,
+    /// A record that wraps around the end of the data area, made whole.
+    wrapped: Vec<u8>,
 }
 
 impl RingBuf {
@@ -44,7 +50,7 @@ impl RingBuf {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         let page = usize::try_from(page).unwrap_or(4096);
         let consumer = map(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
-        let producer_len = page + 2 * size as usize;
+        let producer_len = page + size as usize;
         let producer = match map(fd, producer_len, libc::PROT_READ, page) {
             Ok(p) => p,
             Err(e) => {
@@ -58,6 +64,7 @@ impl RingBuf {
             producer,
             page,
             size,
+            wrapped: Vec::new(),
         })
     }
 
@@ -97,13 +104,28 @@ impl RingBuf {
                 break;
             }
             let len = u64::from(len_word & !(BUSY_BIT | DISCARD_BIT));
-            if len_word & DISCARD_BIT == 0 && len <= self.size {
-                // SAFETY: the record (header + len ≤ size bytes) lies within
-                // the doubly mapped data area, which is 2 × size long.
-                let payload = unsafe {
-                    std::slice::from_raw_parts(header.add(HEADER_BYTES as usize), len as usize)
-                };
-                each(payload);
+            if len_word & DISCARD_BIT == 0 && len <= self.size - HEADER_BYTES {
+                // The header never wraps (records are 8-byte aligned); the
+                // payload may: its first `head` bytes run to the end of the
+                // data area, the rest starts at its beginning.
+                let start = offset + HEADER_BYTES as usize;
+                let len = len as usize;
+                let head = len.min(self.size as usize - start);
+                // SAFETY: the data area starts one page into the producer
+                // mapping and is `size` bytes long.
+                let data = unsafe { self.producer.as_ptr().add(self.page) };
+                // SAFETY: `start + head ≤ size`: within the data area.
+                let first = unsafe { std::slice::from_raw_parts(data.add(start), head) };
+                if head == len {
+                    each(first);
+                } else {
+                    // SAFETY: `len - head < size`: within the data area.
+                    let rest = unsafe { std::slice::from_raw_parts(data, len - head) };
+                    self.wrapped.clear();
+                    self.wrapped.extend_from_slice(first);
+                    self.wrapped.extend_from_slice(rest);
+                    each(&self.wrapped);
+                }
                 consumed += 1;
             }
             cons += (len + HEADER_BYTES).next_multiple_of(8);
@@ -121,7 +143,7 @@ impl Drop for RingBuf {
             libc::munmap(self.consumer.as_ptr().cast(), self.page);
             libc::munmap(
                 self.producer.as_ptr().cast(),
-                self.page + 2 * self.size as usize,
+                self.page + self.size as usize,
             );
         }
     }
@@ -168,14 +190,24 @@ mod tests {
 
     /// `bpf_ringbuf_output(map, &value, 8, 0)` for each value, then return 0.
     fn program(map_fd: i32, values: &[i32]) -> Vec<u64> {
+        let records: Vec<Vec<i32>> = values.iter().map(|v| vec![*v]).collect();
+        program_of_records(map_fd, &records)
+    }
+
+    /// One `bpf_ringbuf_output` per record, each of its values a u64.
+    fn program_of_records(map_fd: i32, records: &[Vec<i32>]) -> Vec<u64> {
         let mut code = Vec::new();
-        for value in values {
+        for values in records {
+            let bytes = 8 * values.len() as i32;
             code.push(insn(0x18, 1, 1, 0, map_fd)); // r1 = map (ld_imm64)
             code.push(0);
-            code.push(insn(0x7a, 10, 0, -8, *value)); // *(u64 *)(r10 - 8) = value
+            for (i, value) in values.iter().enumerate() {
+                // *(u64 *)(r10 - bytes + 8i) = value
+                code.push(insn(0x7a, 10, 0, (8 * i as i32 - bytes) as i16, *value));
+            }
             code.push(insn(0xbf, 2, 10, 0, 0)); // r2 = r10
-            code.push(insn(0x07, 2, 0, 0, -8)); // r2 += -8
-            code.push(insn(0xb7, 3, 0, 0, 8)); // r3 = 8
+            code.push(insn(0x07, 2, 0, 0, -bytes)); // r2 -= bytes
+            code.push(insn(0xb7, 3, 0, 0, bytes)); // r3 = bytes
             code.push(insn(0xb7, 4, 0, 0, 0)); // r4 = 0
             code.push(insn(0x85, 0, 0, 0, HELPER_RINGBUF_OUTPUT));
         }
@@ -184,17 +216,30 @@ mod tests {
         code
     }
 
-    #[test]
-    fn records_written_by_a_program_are_read_in_order() {
-        let spec = MapSpec {
+    fn ring_spec(bytes: u32) -> MapSpec {
+        MapSpec {
             name: "test_events".into(),
             map_type: MAP_RINGBUF,
             key_size: 0,
             value_size: 0,
-            max_entries: 1 << 16,
+            max_entries: bytes,
             flags: 0,
             role: MapRole::Events,
+        }
+    }
+
+    fn run_once(prog: BorrowedFd<'_>) {
+        let packet = [0u8; 64];
+        let run = sys::TestRun {
+            data: &packet,
+            ..sys::TestRun::default()
         };
+        sys::prog_test_run(prog, &run).expect("test run");
+    }
+
+    #[test]
+    fn records_written_by_a_program_are_read_in_order() {
+        let spec = ring_spec(1 << 16);
         let map = sys::map_create(&spec).expect("creating a ring buffer (needs root)");
         let mut ring = RingBuf::new(map.as_fd(), spec.max_entries).expect("mapping it");
         assert_eq!(ring.consume(|_| panic!("empty ring gave a record")), 0);
@@ -223,5 +268,51 @@ mod tests {
         assert_eq!(count, 3);
         assert_eq!(seen, vec![7, -3, 1 << 30]);
         assert_eq!(ring.consume(|_| panic!("records were consumed twice")), 0);
+    }
+
+    #[test]
+    fn records_that_wrap_around_the_end_of_the_data_area_read_whole() {
+        // A one-page ring: an 8-byte record first, then 24-byte ones, so
+        // records are 16 + 32k bytes in: the one at 4080 has its header
+        // at the end of the area and its payload split 8 + 16 across it.
+        let page = 4096;
+        let spec = ring_spec(page);
+        let map = sys::map_create(&spec).expect("creating a ring buffer (needs root)");
+        let mut ring = RingBuf::new(map.as_fd(), spec.max_entries).expect("mapping it");
+        let first = program(map.as_raw_fd(), &[-1]);
+        let records: Vec<Vec<i32>> = (0..40).map(|i| vec![i, i + 1000, i + 2000]).collect();
+        let batch = program_of_records(map.as_raw_fd(), &records);
+        let load = |insns: &[u64]| {
+            let request = ProgLoad {
+                prog_type: PROG_SOCKET_FILTER,
+                expected_attach_type: 0,
+                name: "test_ringbuf",
+                insns,
+                attach_btf_id: 0,
+                attach_btf_obj: None,
+            };
+            sys::prog_load(&request, None).expect("loading the test program")
+        };
+        let (first, batch) = (load(&first), load(&batch));
+        run_once(first.as_fd());
+        assert_eq!(ring.consume(|_| {}), 1);
+        // 40 records of 32 bytes a run: 1,280 bytes, so the fourth run
+        // goes past the end of the 4,096-byte area.
+        for run in 0..10 {
+            run_once(batch.as_fd());
+            let mut seen = Vec::new();
+            ring.consume(|bytes| {
+                let words: Vec<i64> = bytes
+                    .chunks(8)
+                    .map(|w| i64::from_le_bytes(w.try_into().expect("8-byte words")))
+                    .collect();
+                seen.push(words);
+            });
+            let wanted: Vec<Vec<i64>> = records
+                .iter()
+                .map(|r| r.iter().map(|v| i64::from(*v)).collect())
+                .collect();
+            assert_eq!(seen, wanted, "run {run}");
+        }
     }
 }
