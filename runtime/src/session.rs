@@ -12,7 +12,10 @@
 //!    released.
 //! 6. The event loop: poll(2) over the ring buffer, one timerfd per host
 //!    timer, a signalfd and the command's pidfd, until `exit()`, a signal,
-//!    `-T`, the command's exit, or too many errors.
+//!    `-T`, the command's exit, or too many errors. A record written into
+//!    an empty ring wakes the loop (the kernel's adaptive wakeup); after a
+//!    drain that found records the ring is left out of the poll for
+//!    [`RING_BATCH_MS`], so a busy ring is read in batches.
 //! 7. The run flag goes back to 0, the ring buffer is drained, end probes run
 //!    (skipped after an error ending, where error probes ran instead), every
 //!    probe is detached, and the error/skip/loss warnings are printed.
@@ -797,14 +800,22 @@ impl Session<'_> {
             // blocked write keep this loop from polling.
             signals.set_deadline(deadline);
         }
+        // When the ring buffers are next polled (see RING_BATCH_MS).
+        let mut rings_from: u64 = 0;
         while !self.ending {
+            let rings_wait_ns = rings_from.saturating_sub(monotonic_ns());
+            let poll_rings = rings_wait_ns == 0;
             let mut fds = vec![
                 poll_entry(Some(signals.fd())),
                 poll_entry(command.as_ref().map(|c| c.exit_fd())),
                 poll_entry(self.http.as_ref().map(|h| h.wake_fd())),
                 poll_entry(stdin_open.then(|| stdin.as_fd())),
             ];
-            fds.extend(self.feeds.iter().map(|f| poll_entry(Some(f.fd.as_fd()))));
+            fds.extend(
+                self.feeds
+                    .iter()
+                    .map(|f| poll_entry(poll_rings.then(|| f.fd.as_fd()))),
+            );
             fds.extend(timers.iter().map(|t| poll_entry(Some(t.fd()))));
             let timeout_ms = match deadline {
                 Some(deadline) => {
@@ -828,11 +839,13 @@ impl Session<'_> {
                 }
                 None => timeout_ms,
             };
-            // Handlers send output without waking us (emit/output.rs).
-            let timeout_ms = match (self.feeds.is_empty(), timeout_ms) {
+            // Within a batch gap, wake when it ends to poll the rings again.
+            let timeout_ms = match (poll_rings || self.feeds.is_empty(), timeout_ms) {
                 (true, t) => t,
-                (false, t) if t < 0 => RING_POLL_MS,
-                (false, t) => t.min(RING_POLL_MS),
+                (false, t) => {
+                    let gap = i32::try_from(rings_wait_ns.div_ceil(1_000_000)).unwrap_or(1);
+                    if t < 0 { gap } else { t.min(gap) }
+                }
             };
             // SAFETY: `fds` is a live array of initialised pollfds.
             let woken =
@@ -844,8 +857,14 @@ impl Session<'_> {
                 }
                 return self.stop_with_warning(&format!("poll failed: {err}"));
             }
+            // Every wakeup drains, so kernel output that came before a
+            // timer's or a signal's stays ahead of what its handling prints.
+            let mut records = 0;
             for feed in 0..self.feeds.len() {
-                self.drain(feed);
+                records += self.drain(feed);
+            }
+            if records > 0 {
+                rings_from = monotonic_ns() + RING_BATCH_MS * 1_000_000;
             }
             if fds[HTTP].revents != 0 {
                 self.serve_http();
@@ -888,13 +907,13 @@ impl Session<'_> {
         }
     }
 
-    /// Handles every record waiting in one ring buffer.
-    fn drain(&mut self, feed: usize) {
+    /// Handles every record waiting in one ring buffer; returns how many.
+    fn drain(&mut self, feed: usize) -> usize {
         // One copy of the whole batch (the ring's space is given back as
         // it is read), then one formatting pass and one write.
         let mut batch = Vec::new();
         let mut ends = Vec::new();
-        self.feeds[feed].ring.consume(|bytes| {
+        let records = self.feeds[feed].ring.consume(|bytes| {
             batch.extend_from_slice(bytes);
             ends.push(batch.len());
         });
@@ -904,6 +923,7 @@ impl Session<'_> {
             start = end;
         }
         self.flush_output();
+        records
     }
 
     /// Handles a record now, or holds it until its handler run's unit is
@@ -1244,10 +1264,15 @@ fn find_map<'l>(
 /// The run number and the records so far of a unit being reassembled.
 type HeldUnit = (u32, Vec<Vec<u8>>);
 
-/// How often the event loop reads the ring buffers when nothing wakes it:
-/// kernel handlers send printf output with `BPF_RB_NO_WAKEUP`, since a
-/// wakeup per record (an irq_work) costs the handler more than the record.
-const RING_POLL_MS: i32 = 10;
+/// After a drain that found records, the ring buffers stay out of the
+/// event loop's poll for this long. Kernel handlers send records with the
+/// kernel's adaptive wakeup, which wakes the reader only for a record
+/// written into an empty ring: a quiet ring's first record is read at once
+/// (a fixed 10 ms poll made every first event up to 10 ms late), and
+/// while the loop sleeps out this gap the ring fills without further
+/// wakeups, so a busy ring costs one irq_work and one wakeup per batch,
+/// not per record (bench/analysis.md, "Start-up: the first event").
+const RING_BATCH_MS: u64 = 1;
 
 fn events_size(object: &Object) -> u32 {
     object

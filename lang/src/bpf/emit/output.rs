@@ -4,9 +4,6 @@
 use super::*;
 use crate::printf;
 
-/// `BPF_RB_NO_WAKEUP`.
-const RINGBUF_NO_WAKEUP: i32 = 1;
-
 impl Emitter<'_> {
     /// Sends the 16-byte header (+ payload already at `FRAME_SMALL + 16`)
     /// from the stack.
@@ -332,10 +329,12 @@ impl Emitter<'_> {
         );
         self.scratch_addr(R2, self.scratch.record);
         self.ld_map(R1, self.maps.events);
-        // No wakeup: the host looks every few milliseconds anyway
-        // (session.rs, RING_POLL_MS), and a reader that keeps up would
-        // otherwise be woken, through an irq_work, once per record.
-        self.push(Insn::mov_imm(R4, RINGBUF_NO_WAKEUP));
+        // The kernel's adaptive wakeup (flags 0): it wakes the host only
+        // for a record written into an empty ring, and the host, once
+        // woken, leaves the ring a millisecond to fill before it waits on
+        // it again (session.rs, RING_BATCH_MS), so a busy handler pays one
+        // irq_work per batch, and a quiet one's record is read at once.
+        self.push(Insn::mov_imm(R4, 0));
         self.call(helper::RINGBUF_OUTPUT);
         self.count_lost_framed();
         self.bind(skip);
