@@ -100,12 +100,6 @@ impl EmitFacts {
         if facts.arch() != "x86_64" || !facts.mechanisms().raw_tracepoints {
             return self;
         }
-        if facts.config("CONFIG_IA32_EMULATION").as_deref() == Some("y") {
-            match compat_status(facts) {
-                Some(offset) => self.compat = CompatCheck::Status(offset),
-                None => return self,
-            }
-        }
         let numbers: Vec<Option<(u32, &str)>> = module
             .probes
             .iter()
@@ -135,6 +129,15 @@ impl EmitFacts {
         // +60 ns per call of every process.
         if numbers.iter().flatten().count() < RAW_SYSCALLS_FROM {
             return self;
+        }
+        // Only now: reading the kernel config (/proc/config.gz, inflated)
+        // costs about a millisecond of every start-up that has a
+        // `syscalls:` probe at all.
+        if facts.config("CONFIG_IA32_EMULATION").as_deref() == Some("y") {
+            match compat_status(facts) {
+                Some(offset) => self.compat = CompatCheck::Status(offset),
+                None => return self,
+            }
         }
         let ambiguous = |nr: u32, call: &str| {
             numbers
