@@ -1261,3 +1261,23 @@ probe end {
     assert_eq!(out, "2: 5 50 20\n1: 3 14 7\n");
     assert_eq!(maps.lookups.get(), 0, "an extractor went back to the map");
 }
+
+#[test]
+fn deferred_stacks_are_named_in_output_and_other_escapes_pass() {
+    // A deferred kernel stack (what kernel probes make of
+    // sprint_stack(backtrace())) prints as its frames; an address with no
+    // symbol prints as hex. Terminal escapes and a cut deferred stack
+    // (no closing ESC) are printed as they are.
+    let (out, result) = run_script(
+        r#"probe begin {
+  printf("[%s]\n", "\033k0x1 0x2\033")
+  print("\033[1mbold\033[0m \033k0x1\n")
+  println("a\033k0x1 z\033b")
+}"#,
+    );
+    assert_eq!(result, Ok(()));
+    assert_eq!(
+        out,
+        "[0x1\n0x2]\n\u{1b}[1mbold\u{1b}[0m \u{1b}k0x1\na\u{1b}k0x1 z\u{1b}b\n"
+    );
+}

@@ -43,13 +43,19 @@ impl HostRuntime {
 
     /// The frames of the deferred stack that `span` (after its first ESC)
     /// starts with, and how many bytes of `span` it took (through its
-    /// closing ESC, or to the end when a MAXSTRINGLEN cut lost that).
+    /// closing ESC). Anything else that starts with ESC (a terminal
+    /// escape sequence the script prints, a deferred stack that a
+    /// MAXSTRINGLEN cut left without its closing ESC) is not one.
     fn named(&mut self, span: &[u8]) -> Option<(String, usize)> {
         let (&kind, body) = span.split_first()?;
         let full = kind.is_ascii_uppercase();
-        let end = body.iter().position(|&b| b == ESC);
-        let used = 1 + end.map_or(body.len(), |e| e + 1);
-        let body = &body[..end.unwrap_or(body.len())];
+        let end = body.iter().position(|&b| b == ESC)?;
+        let used = end + 2;
+        let body = &body[..end];
+        let address_text = |b: &u8| b.is_ascii_hexdigit() || *b == b'x' || *b == b' ' || *b == b':';
+        if !body.iter().all(address_text) {
+            return None;
+        }
         let text = match kind {
             b'k' | b'K' => {
                 let mut text = String::new();
