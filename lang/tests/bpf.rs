@@ -300,6 +300,7 @@ fn maps_follow_the_layout() {
             config: 0,
             sample_period: 4_000_000,
             frequency: false,
+            every_cpu: true,
         }
     );
     for program in object.programs.iter().chain(&profile.programs) {

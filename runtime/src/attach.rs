@@ -26,6 +26,105 @@ pub struct Attached {
     attachments: Vec<Attachment>,
     /// What became of each multi-function kprobe program (`-v` prints it).
     pub function_sets: Vec<FunctionSet>,
+    /// The sampling events, attached but not yet counting: the session
+    /// takes them and switches them on and off together.
+    pub sampling: SamplingEvents,
+}
+
+/// Sampling perf events (`perf.*`, `timer.profile`), attached but not
+/// counting until the session switches them on. stap's probes go live
+/// together and stop together at `exit()`. An event enabled at its own
+/// attach counts from its own moment, with its own phase: two probes of the
+/// same period counted differently (perf1.stp's `p2 == p4`), and under
+/// emulation, where the timer interrupt falls behind and the kernel skips
+/// the periods missed, each lost a different share.
+///
+/// So the software events of `perf.*` probes (one CPU, see
+/// [`AttachKind::PerfEvent`]) are members of one perf group whose leader,
+/// a disabled dummy event, switches them all in one kernel call: their
+/// timers start within the same interrupts-off section, so events of equal
+/// period expire together and are served (or skipped) by the same
+/// interrupt. Other sampling events (hardware ones, which a group would
+/// have to fit into the PMU's counters all at once, and `timer.profile`'s
+/// per-CPU events) are enabled in one tight loop. Closing the fds detaches
+/// them.
+#[derive(Debug, Default)]
+pub struct SamplingEvents {
+    /// The group leader, once a member was opened: (CPU, leader).
+    group: Option<(u32, OwnedFd)>,
+    /// The group's members, enabled already: they count while the leader
+    /// does.
+    members: Vec<OwnedFd>,
+    /// Events enabled one by one.
+    single: Vec<OwnedFd>,
+}
+
+impl SamplingEvents {
+    /// Starts every event counting.
+    pub fn enable(&self) -> io::Result<()> {
+        if let Some((_, leader)) = &self.group {
+            sys::perf_event_enable(leader.as_fd())?;
+        }
+        self.single
+            .iter()
+            .try_for_each(|fd| sys::perf_event_enable(fd.as_fd()))
+    }
+
+    /// Stops every event: called after the kernel handlers are switched
+    /// off, so nothing samples while end probes run and the events are
+    /// closed. The members are disabled too, since closing the leader first
+    /// would make each a group of its own, counting again. A failure here
+    /// changes nothing the script sees, so it is ignored.
+    pub fn disable(&self) {
+        let group = self.group.iter().map(|(_, leader)| leader);
+        for fd in group.chain(&self.members).chain(&self.single) {
+            let _ = sys::perf_event_disable(fd.as_fd());
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.group.is_some()) + self.members.len() + self.single.len()
+    }
+
+    /// Opens `event` for `prog` on the CPUs its probe samples, not yet
+    /// counting.
+    fn open(&mut self, prog: BorrowedFd, event: &PerfEvent, every_cpu: bool) -> Result<(), String> {
+        let what = perf_event_name(event);
+        if every_cpu || event.perf_type != sys::PERF_TYPE_SOFTWARE {
+            let fds = perf_event(prog, event, every_cpu, Switch::Later)?;
+            self.single.extend(fds);
+            return Ok(());
+        }
+        let (cpu, leader) = match &self.group {
+            Some(group) => group,
+            None => {
+                let cpu = first_cpu()?;
+                let leader =
+                    sys::perf_event_open(&group_leader(), -1, cpu as i32).map_err(|e| {
+                        let e = os_error(&e);
+                        format!("perf_event_open for the perf probes' group on CPU {cpu}: {e}")
+                    })?;
+                &*self.group.insert((cpu, leader))
+            }
+        };
+        let cpu = *cpu;
+        let fd = sys::perf_event_open_member(event, cpu as i32, leader.as_fd())
+            .map_err(|e| format!("perf_event_open for {what} on CPU {cpu}: {}", os_error(&e)))?;
+        sys::perf_event_set_bpf(fd.as_fd(), prog)
+            .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
+        self.members.push(fd);
+        Ok(())
+    }
+}
+
+/// The group leader of [`SamplingEvents`]: a software event that counts
+/// nothing and never samples.
+fn group_leader() -> PerfEvent {
+    PerfEvent {
+        perf_type: sys::PERF_TYPE_SOFTWARE,
+        config: sys::PERF_COUNT_SW_DUMMY,
+        ..PerfEvent::default()
+    }
 }
 
 /// One program attached to many kernel functions.
@@ -77,7 +176,8 @@ impl Attached {
 
     /// The number of kernel attachments (links and perf events) held.
     pub fn attachment_count(&self) -> usize {
-        self.attachments.iter().map(|a| a.fds.len()).sum()
+        let links: usize = self.attachments.iter().map(|a| a.fds.len()).sum();
+        links + self.sampling.len()
     }
 }
 
@@ -160,6 +260,19 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
             } => kprobe(fd.as_fd(), function, *offset, *is_return)
                 .map(|(event, link)| (vec![event], link))
                 .map_err(error)?,
+            AttachKind::PerfEvent {
+                perf_type,
+                config,
+                sample_period,
+                frequency,
+                every_cpu,
+            } => {
+                let event = sampling_event(*perf_type, *config, *sample_period, *frequency);
+                (attached.sampling)
+                    .open(fd.as_fd(), &event, *every_cpu)
+                    .map_err(error)?;
+                (Vec::new(), None)
+            }
             other => (attach_one(other, fd.as_fd()).map_err(error)?, None),
         };
         let program = fd.try_clone().map_err(|e| AttachError {
@@ -334,7 +447,11 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             config,
             sample_period,
             frequency,
-        } => perf_event(prog, *perf_type, *config, *sample_period, *frequency),
+            every_cpu,
+        } => {
+            let event = sampling_event(*perf_type, *config, *sample_period, *frequency);
+            perf_event(prog, &event, *every_cpu, Switch::Now)
+        }
         AttachKind::Kprobe {
             function,
             offset,
@@ -444,7 +561,13 @@ fn tracepoint(prog: BorrowedFd, system: &str, name: &str) -> Result<OwnedFd, Str
         sample_period: 1,
         ..PerfEvent::default()
     };
-    open_and_attach(prog, &event, 0, &format!("tracepoint {system}:{name}"))
+    open_and_attach(
+        prog,
+        &event,
+        0,
+        &format!("tracepoint {system}:{name}"),
+        Switch::Now,
+    )
 }
 
 fn tracepoint_id(system: &str, name: &str) -> Result<u64, String> {
@@ -466,41 +589,81 @@ fn tracepoint_id(system: &str, name: &str) -> Result<u64, String> {
         .map_err(|_| format!("{}: not a number: {text:?}", path.display()))
 }
 
-/// Opens `event` (pid -1 on `cpu`), runs `prog` on it and enables it.
+/// When a perf event starts counting: at once, or when the session
+/// switches on every [`SamplingEvents`] together.
+#[derive(Clone, Copy, PartialEq)]
+enum Switch {
+    Now,
+    Later,
+}
+
+/// Opens `event` (pid -1 on `cpu`), runs `prog` on it and, for
+/// [`Switch::Now`], enables it.
 fn open_and_attach(
     prog: BorrowedFd,
     event: &PerfEvent,
     cpu: u32,
     what: &str,
+    switch: Switch,
 ) -> Result<OwnedFd, String> {
     let fd = sys::perf_event_open(event, -1, cpu as i32)
         .map_err(|e| format!("perf_event_open for {what} on CPU {cpu}: {}", os_error(&e)))?;
     sys::perf_event_set_bpf(fd.as_fd(), prog)
         .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
-    sys::perf_event_enable(fd.as_fd()).map_err(|e| format!("enabling {what}: {}", os_error(&e)))?;
+    if switch == Switch::Now {
+        sys::perf_event_enable(fd.as_fd())
+            .map_err(|e| format!("enabling {what}: {}", os_error(&e)))?;
+    }
     Ok(fd)
 }
 
-/// Sampling events (timer.profile, perf.*): one per online CPU.
-fn perf_event(
-    prog: BorrowedFd,
-    perf_type: u32,
-    config: u64,
-    sample_period: u64,
-    frequency: bool,
-) -> Result<Vec<OwnedFd>, String> {
-    let cpus = sys::online_cpus().map_err(|e| format!("reading the online CPUs: {e}"))?;
-    let event = PerfEvent {
+/// A sampling event (timer.profile, perf.*): every `sample_period` events
+/// (ns for the clock events), or `sample_period` times a second.
+fn sampling_event(perf_type: u32, config: u64, sample_period: u64, frequency: bool) -> PerfEvent {
+    PerfEvent {
         perf_type,
         config,
         sample_period: sample_period.max(1),
         sample_freq: frequency.then_some(sample_period.max(1)),
         ..PerfEvent::default()
+    }
+}
+
+/// A sampling event on every online CPU, or on the first.
+fn perf_event(
+    prog: BorrowedFd,
+    event: &PerfEvent,
+    every_cpu: bool,
+    switch: Switch,
+) -> Result<Vec<OwnedFd>, String> {
+    let cpus = match every_cpu {
+        true => online_cpus()?,
+        false => vec![first_cpu()?],
     };
-    let what = format!("perf event type {perf_type} config {config}");
+    let what = perf_event_name(event);
     cpus.into_iter()
-        .map(|cpu| open_and_attach(prog, &event, cpu, &what))
+        .map(|cpu| open_and_attach(prog, event, cpu, &what, switch))
         .collect()
+}
+
+fn perf_event_name(event: &PerfEvent) -> String {
+    format!(
+        "perf event type {} config {}",
+        event.perf_type, event.config
+    )
+}
+
+fn online_cpus() -> Result<Vec<u32>, String> {
+    sys::online_cpus().map_err(|e| format!("reading the online CPUs: {e}"))
+}
+
+/// The CPU that one-CPU perf probes sample: the first online one (CPU 0
+/// unless it was taken offline), as stap's BPF backend picks it.
+fn first_cpu() -> Result<u32, String> {
+    online_cpus()?
+        .into_iter()
+        .min()
+        .ok_or_else(|| "no CPU is online".to_string())
 }
 
 /// A dynamic PMU (`kprobe`, `uprobe`): its type and the config bit that
@@ -703,7 +866,7 @@ fn uprobe_at(
         probe_offset: offset,
         ..PerfEvent::default()
     };
-    open_and_attach(prog, &event, 0, what)
+    open_and_attach(prog, &event, 0, what, Switch::Now)
 }
 
 /// `process(...).function("PATTERN")`: one program on every function of
@@ -733,7 +896,7 @@ fn uprobes(
                 ..PerfEvent::default()
             };
             let what = format!("uprobe on {}:{function}", path.display());
-            open_and_attach(prog, &event, 0, &what)
+            open_and_attach(prog, &event, 0, &what, Switch::Now)
         })
         .collect()
 }
@@ -773,7 +936,7 @@ fn marker(prog: BorrowedFd, path: &Path, sites: &[(u64, u64)]) -> Result<Vec<Own
                 ..PerfEvent::default()
             };
             let what = format!("uprobe on {}+{offset:#x}", path.display());
-            open_and_attach(prog, &event, 0, &what)
+            open_and_attach(prog, &event, 0, &what, Switch::Now)
         })
         .collect()
 }

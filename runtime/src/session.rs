@@ -255,7 +255,7 @@ pub fn run_with_hooks(
     let http = procfs::start(compiled.module, settings.http.as_ref())?;
     hooks.loaded(&mut runtime, &|_| true);
     let attaching = std::time::Instant::now();
-    let attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
+    let mut attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
     if settings.verbose {
         // Where start-up goes with hundreds of kprobes (docs/callgraph.md).
         crate::stop::stderr_line(&format!(
@@ -270,6 +270,7 @@ pub fn run_with_hooks(
         compiled,
         settings,
         control,
+        sampling: std::mem::take(&mut attached.sampling),
         runtime,
         feeds,
         errors: 0,
@@ -453,6 +454,8 @@ pub fn run_live(
         compiled,
         settings: &LIVE_SETTINGS,
         control,
+        // The interactive kernel half enables its events as they attach.
+        sampling: attach::SamplingEvents::default(),
         runtime,
         feeds,
         errors: 0,
@@ -541,6 +544,8 @@ struct Session<'a> {
     settings: &'a Settings,
     /// The Control map, to start and stop kernel handlers.
     control: Option<Control>,
+    /// Sampling perf events, switched on and off with the kernel handlers.
+    sampling: attach::SamplingEvents,
     runtime: HostRuntime,
     feeds: Vec<Feed<'a>>,
     errors: u64,
@@ -583,6 +588,10 @@ impl Session<'_> {
         // handlers are live, so a reader that acts on it misses no event.
         self.hold_output = true;
         self.run_probes(|i, kind| matches!(kind, ProbeKind::Begin { .. }) && begins[i]);
+        // Every sampling event starts its period now, together.
+        if let Err(e) = self.sampling.enable() {
+            self.stop_with_warning(&format!("cannot start the perf events: {e}"));
+        }
         if let Some(control) = &self.control
             && let Err(e) = control.write(true)
         {
@@ -634,6 +643,7 @@ impl Session<'_> {
         if let Some(control) = &self.control {
             let _ = control.write(false);
         }
+        self.sampling.disable();
     }
 
     fn drain_all(&mut self) {

@@ -170,6 +170,7 @@ fn perf_cpu_clock_samples() {
             // Every millisecond of CPU time.
             sample_period: 1_000_000,
             frequency: false,
+            every_cpu: true,
         },
         || {
             let start = Instant::now();

@@ -471,3 +471,34 @@ fn a_write_error_on_the_output_fails_the_run() {
         done.stderr
     );
 }
+
+#[test]
+fn perf_probes_of_one_period_fire_in_step_on_one_cpu() {
+    let _one = serial();
+    // Two spellings of a 1 ms CPU-clock sample: stap's BPF backend opens
+    // perf probes on one CPU, and all of them start and stop together, so
+    // both count the same ticks, all on the same CPU.
+    let script = "global ticks, clock, cpus\n\
+         probe perf.type(1).config(0).sample(1000000) { ticks++; cpus[cpu()]++ }\n\
+         probe perf.sw.cpu_clock { clock++ }\n\
+         probe timer.ms(300) { exit() }\n\
+         probe end { printf(\"%d %d\\n\", ticks, clock) foreach (c in cpus) printf(\"cpu %d\\n\", c) }\n";
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    let done = session.finish();
+    assert_success(&done);
+    let mut lines = done.stdout.lines();
+    let counts: Vec<u64> = lines
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert_eq!(counts.len(), 2, "{}", done.stdout);
+    assert!(counts[0] > 0, "no sample: {}", done.stdout);
+    assert_eq!(counts[0], counts[1], "{}", done.stdout);
+    let cpus: Vec<&str> = lines.collect();
+    let first = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let first = first.split([',', '-', '\n']).next().unwrap();
+    assert_eq!(cpus, [format!("cpu {first}")], "{}", done.stdout);
+}

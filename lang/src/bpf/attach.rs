@@ -114,6 +114,7 @@ impl AttachKind {
                 config,
                 sample_period,
                 frequency,
+                ..
             } => format!(
                 "perf.type({perf_type}).config({config}).{}({sample_period})",
                 if *frequency { "hz" } else { "sample" }

@@ -864,12 +864,14 @@ fn attach_kind(
             config: *config,
             sample_period: *sample_period,
             frequency: *frequency,
+            every_cpu: false,
         },
         ProbeKind::TimerProfile => AttachKind::PerfEvent {
             perf_type: PERF_TYPE_SOFTWARE,
             config: PERF_COUNT_SW_CPU_CLOCK,
             sample_period: PROFILE_PERIOD_NS,
             frequency: false,
+            every_cpu: true,
         },
         ProbeKind::Process {
             path,

@@ -165,13 +165,18 @@ pub enum AttachKind {
         is_return: bool,
         module: Option<String>,
     },
-    /// `BPF_PROG_TYPE_PERF_EVENT` on every online CPU.
+    /// `BPF_PROG_TYPE_PERF_EVENT`.
     PerfEvent {
         perf_type: u32,
         config: u64,
         /// Events per sample, or samples a second with `frequency`.
         sample_period: u64,
         frequency: bool,
+        /// On every online CPU (`timer.profile`), or only on the first:
+        /// stap's BPF backend anchors `perf.*` probes to one CPU, so a
+        /// `.sample(N)` of the CPU clock fires as a timer would, once per
+        /// period rather than once per period and CPU.
+        every_cpu: bool,
     },
     Uprobe {
         path: String,
