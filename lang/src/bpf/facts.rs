@@ -62,7 +62,14 @@ impl EmitFacts {
                 .iter()
                 .map(|probe| pointer_slots(&probe.kind, facts))
                 .collect(),
-            kprobe_multi: has_kprobe_multi(facts),
+            // Asked only when a probe needs it: the answer reads the
+            // kernel's config and probes fentry with a program load, which
+            // a script of user-space probes should not wait for.
+            kprobe_multi: module
+                .probes
+                .iter()
+                .any(|probe| matches!(probe.kind, ProbeKind::KernelFunction { .. }))
+                && has_kprobe_multi(facts),
             tp_btf_for_kfuncs: module
                 .probes
                 .iter()
@@ -97,6 +104,17 @@ impl EmitFacts {
     /// a call differently from the kernel), and with the ia32 check where
     /// the kernel has ia32 emulation. Anything else keeps the classic event.
     fn with_raw_syscalls(mut self, module: &Module, facts: &dyn KernelFacts) -> EmitFacts {
+        // Too few `syscalls:` probes: no need to ask the kernel anything.
+        let syscall_probes = module
+            .probes
+            .iter()
+            .filter(|probe| {
+                matches!(&probe.kind, ProbeKind::Tracepoint { system, .. } if system == "syscalls")
+            })
+            .count();
+        if syscall_probes < RAW_SYSCALLS_FROM {
+            return self;
+        }
         if facts.arch() != "x86_64" || !facts.mechanisms().raw_tracepoints {
             return self;
         }
