@@ -398,7 +398,7 @@ impl<'a> Elaborator<'a> {
     ) where
         'a: 'p,
     {
-        if self.kernel_probes != KernelProbes::Auto || !self.facts.mechanisms().kprobes {
+        if self.kernel_probes != KernelProbes::Auto {
             return;
         }
         let points: Vec<&mut ResolvedPoint<'a>> = points.collect();
@@ -414,6 +414,11 @@ impl<'a> Elaborator<'a> {
                 _ => None,
             })
             .collect();
+        // Asked last: the answer probes fentry with a program load, which a
+        // script without kprobes should not wait for.
+        if by_kprobe.is_empty() || !self.facts.mechanisms().kprobes {
+            return;
+        }
         for point in points {
             let ProbeKind::KernelFunction {
                 name,
