@@ -113,6 +113,11 @@ fn count_hits(kind: AttachKind, trigger: impl FnOnce()) -> u64 {
     let loaded = load(&object).unwrap_or_else(|e| panic!("load: {e}"));
     let attached = attach(&object, &loaded).unwrap_or_else(|e| panic!("{e}"));
     assert!(attached.attachment_count() >= 1);
+    // Sampling events count once the session switches them on.
+    attached
+        .sampling
+        .enable()
+        .expect("enabling the sampling events");
     trigger();
     let count = read_counter(&loaded);
     drop(attached);
