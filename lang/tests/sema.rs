@@ -250,6 +250,29 @@ probe kernel.trace("kfree_skb") {
 }
 
 #[test]
+fn pointer_locals_are_autocast() {
+    // Each local is typed by the pointers assigned to it, wherever they
+    // stand: `d` is used in the loop before its assignment in the text.
+    let script = r#"
+function len_of(p) {
+  skb = @cast(p, "sk_buff")
+  return skb->len
+}
+probe kernel.trace("kfree_skb") {
+  s = $skb
+  dev = s->dev
+  common = &$skb->sk->__sk_common
+  s2 = s
+  n = 0
+  while (n < 2) { if (n) println(d->mtu); d = @cast($skb, "struct sk_buff")->dev; n++ }
+  printf("%d %d %d %d %d\n", dev->mtu, common->skc_family, s2->len, len_of($skb), s->next->len)
+  s = s->next
+}
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
 fn placement_of_probes_functions_and_globals() {
     let script = r#"
 global events, started

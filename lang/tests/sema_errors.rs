@@ -89,6 +89,27 @@ fn member_of_non_pointer() {
 }
 
 #[test]
+fn pointer_local_of_two_types() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") {\n  p = $skb\n  if ($location) p = $skb->dev\n  p = 0\n  println(p->len)\n}"
+    ));
+}
+
+#[test]
+fn pointer_local_reassigned_to_another_type() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") {\n  p = $skb\n  p = p->dev\n  println(p->mtu)\n}"
+    ));
+}
+
+#[test]
+fn pointer_local_without_type() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.trace(\"kfree_skb\") {\n  p = $location\n  q = p\n  println(q->len)\n}"
+    ));
+}
+
+#[test]
 fn unknown_cast_type() {
     insta::assert_snapshot!(errors(
         "probe kernel.trace(\"kfree_skb\") { println(@cast($skb, \"struct sk_bufff\")->len) }"

@@ -2,7 +2,8 @@
 //! a whole array or statistics array (a `bpf_for_each_map_elem` callback
 //! that deletes each element), and printing a histogram (a record the
 //! host answers with its own histogram printer). Each test filters on its
-//! own trigger's process name.
+//! own trigger's process name. Also typed-pointer locals (`p = $regs;
+//! p->di`), read as the direct member chain is.
 
 use std::process::Command;
 
@@ -230,4 +231,66 @@ fn kernel_probe_stack_values_are_named_by_the_host() {
     for same in ["syms", "print_stack", "host_syms"] {
         assert_eq!(section(same), printed, "{same}:\n{}", done.stdout);
     }
+}
+
+/// A local assigned a typed pointer is read through `->` as that type
+/// (stap's autocast): `$regs`, `@cast(...)`, a member that is a pointer
+/// and the local itself (`a = a->real_parent`), in a kernel probe, and an
+/// `@cast` held in a local of a host probe; each beside the direct chain.
+#[test]
+fn typed_pointer_locals_read_like_the_direct_chain() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global parent
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGTyped") {{
+               r = $regs
+               t = @cast(task_current(), "task_struct")
+               up = t->real_parent
+               a = t
+               for (i = 0; i < 1; i++) a = a->real_parent
+               se = &t->se
+               printf("regs %d %d\n", r->di, $regs->di)
+               printf("parent %d %d %d\n", up->tgid, a->tgid,
+                      @cast(task_current(), "task_struct")->real_parent->tgid)
+               printf("tgid %d %d\n", t->tgid, pid())
+               printf("se %d\n", se->on_rq == @cast(task_current(), "task_struct")->se->on_rq)
+               parent = up
+               exit()
+             }}
+           }}
+           probe end {{
+             p = @cast(parent, "task_struct")
+             printf("host %d %d\n", p->tgid, @cast(parent, "struct task_struct")->tgid)
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGTyped", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    // The first hit's lines (a second hit before exit() repeats them).
+    let line = |name: &str| -> Vec<i64> {
+        let found = done
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{}", done.stdout));
+        found.split(' ').map(|n| n.parse().unwrap()).collect()
+    };
+    // socket(AF_INET, ...): the first argument register holds 2.
+    assert_eq!(line("regs"), [2, 2], "{}", done.stdout);
+    // The trigger's parent is a thread of this test's process.
+    let me = i64::from(std::process::id());
+    assert_eq!(line("parent"), [me, me, me], "{}", done.stdout);
+    let tgid = line("tgid");
+    assert_eq!(tgid[0], tgid[1], "{}", done.stdout);
+    assert_eq!(line("se"), [1], "{}", done.stdout);
+    assert_eq!(line("host"), [me, me], "{}", done.stdout);
 }

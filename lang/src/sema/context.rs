@@ -668,6 +668,18 @@ impl BodyLowerer<'_, '_> {
                 };
                 Some((base, Cursor::PointerTo(target)))
             }
+            // `p->f` of a local assigned typed pointers: `@cast(p, "T")->f`.
+            ast::ExprKind::Var(name) if self.is_pointer_local(name, base.span) => {
+                let target = self.pointer_local_target(name, base.span)?;
+                let ptr = self.expr(base);
+                let target_name = self.elab.facts.type_name(target);
+                let base = AccessBase::Cast {
+                    ptr: Box::new(ptr),
+                    target,
+                    target_name,
+                };
+                Some((base, Cursor::PointerTo(target)))
+            }
             ast::ExprKind::Error => None,
             _ => {
                 self.error(

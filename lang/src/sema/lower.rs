@@ -2,6 +2,7 @@
 //! slot, a global, a function or a builtin. Types are left `Unknown` here
 //! (except where written) and filled in by `infer`.
 
+use super::autocast::PointerLocals;
 use super::builtins;
 use super::hir::{
     self, Expr, ExprKind, FunctionId, GlobalId, Local, LocalId, Stmt, StmtKind, Type,
@@ -34,6 +35,19 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     in_entry: bool,
     /// Lowering an alias's prologue or epilogue (tapset code).
     pub(crate) in_alias_code: bool,
+    /// The locals typed by the pointers assigned to them (`autocast.rs`).
+    pub(crate) pointers: PointerLocals,
+}
+
+/// What [`BodyLowerer::save_locals`] keeps, for a lowering to be undone.
+pub(crate) struct SavedLocals {
+    locals: Vec<Local>,
+    local_names: HashMap<String, LocalId>,
+    assigned: Vec<bool>,
+    first_read: Vec<Option<Span>>,
+    raw_arg_use: Option<(String, Span)>,
+    classic_field_use: Option<(String, Span)>,
+    slices: u32,
 }
 
 fn type_of(name: Option<&crate::source::Spanned<ast::TypeName>>) -> Type {
@@ -165,7 +179,10 @@ pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::
     }
     let param_count = lowerer.locals.len();
     let body = match &f.body {
-        ast::FunctionBody::Block(b) => lowerer.block(b),
+        ast::FunctionBody::Block(b) => {
+            lowerer.pointers.collect(b);
+            lowerer.block(b)
+        }
         ast::FunctionBody::EmbeddedC(span) => {
             let what = format!(
                 "embedded C (`%{{ %}}`) as the body of function `{}`",
@@ -201,6 +218,13 @@ pub(crate) fn lower_probe(
     probe_span: Span,
 ) -> hir::Probe {
     let mut lowerer = BodyLowerer::new(elab, Some(point.context.clone()));
+    let prologues = point.prologues.iter().map(|p| p.as_ref());
+    for part in prologues
+        .chain([body])
+        .chain(point.epilogues.iter().copied())
+    {
+        lowerer.pointers.collect(part);
+    }
     let mut stmts = Vec::new();
     if point.prologues.is_empty() && point.epilogues.is_empty() {
         stmts = lowerer.block(body).stmts;
@@ -338,7 +362,34 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             classic_field_use: None,
             slices: 0,
             in_entry: false,
+            pointers: PointerLocals::default(),
         }
+    }
+
+    pub(crate) fn is_local(&self, name: &str) -> bool {
+        self.local_names.contains_key(name)
+    }
+
+    pub(crate) fn save_locals(&self) -> SavedLocals {
+        SavedLocals {
+            locals: self.locals.clone(),
+            local_names: self.local_names.clone(),
+            assigned: self.assigned.clone(),
+            first_read: self.first_read.clone(),
+            raw_arg_use: self.raw_arg_use.clone(),
+            classic_field_use: self.classic_field_use.clone(),
+            slices: self.slices,
+        }
+    }
+
+    pub(crate) fn restore_locals(&mut self, saved: SavedLocals) {
+        self.locals = saved.locals;
+        self.local_names = saved.local_names;
+        self.assigned = saved.assigned;
+        self.first_read = saved.first_read;
+        self.raw_arg_use = saved.raw_arg_use;
+        self.classic_field_use = saved.classic_field_use;
+        self.slices = saved.slices;
     }
 
     pub fn error(&mut self, d: Diagnostic) {

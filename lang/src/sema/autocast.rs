@@ -1,0 +1,377 @@
+//! Typed-pointer locals, stap's autocast for locals: `p = $skb->dev;
+//! p->name`. A local every one of whose typed assignments gives a pointer
+//! to the same kernel type is read through `->` and `[ ]` as
+//! `@cast(p, "T")` would be.
+//!
+//! The typed assignments (`p = @cast(x, "T")`, `p = &@cast(x, "T")->f`,
+//! `p = $ptr`, `p = $a->ptr`, `p = &$a->f`, `p = @var("ptr")`,
+//! `p = @entry($ptr)`, `p = q` of another typed local) are found before
+//! the body is lowered, so a use may come before them in the text (a
+//! loop's body). Assignments of plain numbers (`p = 0`) type nothing. Two
+//! typed assignments of different types make `p->f` an error naming
+//! both; a local that is never used with `->` may hold anything.
+
+use std::collections::{HashMap, HashSet};
+
+use super::hir::{AccessBase, AccessValue, Expr, ExprKind};
+use super::lower::BodyLowerer;
+use crate::ast;
+use crate::diag::Diagnostic;
+use crate::kernel::{TypeId, TypeKind};
+use crate::source::Span;
+
+/// The typed assignments of one body's locals, and what they resolved to.
+#[derive(Default)]
+pub(crate) struct PointerLocals {
+    /// `name = value` where `value` may be a typed pointer, in text order.
+    sources: HashMap<String, Vec<ast::Expr>>,
+    /// The pointee each resolved local was found to have.
+    resolved: HashMap<String, Resolved>,
+    /// Locals being resolved: `p = p->next` says nothing about `p`.
+    resolving: HashSet<String>,
+}
+
+#[derive(Clone)]
+enum Resolved {
+    /// Every typed assignment gives a pointer to this type.
+    Typed(TypeId),
+    /// No assignment gives a typed pointer.
+    Untyped,
+    /// Two assignments disagree (reported once, at the first use).
+    Conflict,
+}
+
+impl PointerLocals {
+    /// Records the assignments of `block` (a probe's body, prologue or
+    /// epilogue, or a function's body).
+    pub(crate) fn collect(&mut self, block: &ast::Block) {
+        for s in &block.stmts {
+            self.stmt(s);
+        }
+    }
+
+    fn stmt(&mut self, s: &ast::Stmt) {
+        use ast::StmtKind as S;
+        match &s.kind {
+            S::Block(b) => self.collect(b),
+            S::Expr(e) | S::Delete(e) | S::Return(Some(e)) => self.expr(e),
+            S::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.expr(cond);
+                self.stmt(then);
+                if let Some(o) = otherwise {
+                    self.stmt(o);
+                }
+            }
+            S::While { cond, body } => {
+                self.expr(cond);
+                self.stmt(body);
+            }
+            S::For {
+                init,
+                cond,
+                step,
+                body,
+            } => {
+                for e in [init, cond, step].into_iter().flatten() {
+                    self.expr(e);
+                }
+                self.stmt(body);
+            }
+            S::Foreach(f) => {
+                for e in f.slice.iter().flatten().chain(&f.limit) {
+                    self.expr(e);
+                }
+                self.stmt(&f.body);
+            }
+            S::Try { body, handler, .. } => {
+                self.collect(body);
+                self.collect(handler);
+            }
+            S::Break | S::Continue | S::Next | S::Return(None) | S::Empty | S::EmbeddedC => {}
+        }
+    }
+
+    fn expr(&mut self, e: &ast::Expr) {
+        use ast::ExprKind as A;
+        match &e.kind {
+            A::Assign {
+                op: ast::AssignOp::Set,
+                target,
+                value,
+            } => {
+                if let A::Var(name) = &target.kind
+                    && may_be_typed_pointer(value)
+                {
+                    self.sources
+                        .entry(name.clone())
+                        .or_default()
+                        .push((**value).clone());
+                }
+                self.expr(value);
+            }
+            A::Assign { target, value, .. } => {
+                self.expr(target);
+                self.expr(value);
+            }
+            A::Unary { operand: a, .. }
+            | A::Crement { target: a, .. }
+            | A::AddressOf(a)
+            | A::Entry(a)
+            | A::Defined(a)
+            | A::Cast { ptr: a, .. } => self.expr(a),
+            A::Binary { lhs, rhs, .. }
+            | A::ChooseDefined(lhs, rhs)
+            | A::Regex {
+                subject: lhs,
+                pattern: rhs,
+                ..
+            } => {
+                self.expr(lhs);
+                self.expr(rhs);
+            }
+            A::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.expr(cond);
+                self.expr(then);
+                self.expr(otherwise);
+            }
+            A::Member { base, path, .. } => {
+                self.expr(base);
+                for step in path {
+                    if let ast::MemberStep::Subscript(index) = step {
+                        self.expr(index);
+                    }
+                }
+            }
+            A::Index { keys: args, .. }
+            | A::In { keys: args, .. }
+            | A::Call { args, .. }
+            | A::AtOperator { args, .. } => {
+                for a in args {
+                    self.expr(a);
+                }
+            }
+            A::Stat { operand, args, .. } => {
+                self.expr(operand);
+                for a in args {
+                    self.expr(a);
+                }
+            }
+            A::Literal(_)
+            | A::Var(_)
+            | A::Context(_)
+            | A::AtVar { .. }
+            | A::EmbeddedC
+            | A::Wildcard
+            | A::Error => {}
+        }
+    }
+}
+
+/// The forms whose value can be a pointer of a known kernel type.
+fn may_be_typed_pointer(e: &ast::Expr) -> bool {
+    use ast::ExprKind as A;
+    matches!(
+        e.kind,
+        A::Cast { .. }
+            | A::AddressOf(_)
+            | A::Member { .. }
+            | A::Context(ast::ContextVar::Named(_) | ast::ContextVar::Return)
+            | A::AtVar { .. }
+            | A::Entry(_)
+            | A::Var(_)
+    )
+}
+
+/// Types compared for agreement: `const struct T` is `struct T`.
+fn unqualified(name: &str) -> String {
+    name.split_whitespace()
+        .filter(|w| !matches!(*w, "const" | "volatile" | "restrict"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl BodyLowerer<'_, '_> {
+    /// Whether `name` has typed assignments, i.e. `name->f` is autocast.
+    pub(crate) fn is_pointer_local(&mut self, name: &str, span: Span) -> bool {
+        self.pointers.sources.contains_key(name)
+            && (self.is_local(name) || self.elab.lookup_global(name, span).is_none())
+    }
+
+    /// The type `name` points to, from its typed assignments; `None` (with
+    /// the error reported) when they disagree or none gives a type.
+    pub(crate) fn pointer_local_target(&mut self, name: &str, span: Span) -> Option<TypeId> {
+        if let Some(done) = self.pointers.resolved.get(name).cloned() {
+            return match done {
+                Resolved::Typed(t) => Some(t),
+                Resolved::Untyped => {
+                    self.error(untyped_error(name, span));
+                    None
+                }
+                Resolved::Conflict => None,
+            };
+        }
+        if !self.pointers.resolving.insert(name.to_string()) {
+            return None;
+        }
+        let sources = self.pointers.sources.get(name).cloned().unwrap_or_default();
+        let mut found: Option<(TypeId, Span)> = None;
+        let mut result = Resolved::Untyped;
+        let mut untyped = Vec::new();
+        for source in &sources {
+            let Some(target) = self.trial_pointee(source) else {
+                untyped.push(source);
+                continue;
+            };
+            let facts = self.elab.facts;
+            match found {
+                None => {
+                    found = Some((target, source.span));
+                    result = Resolved::Typed(target);
+                }
+                Some((first, first_span)) => {
+                    let (a, b) = (facts.type_name(first), facts.type_name(target));
+                    if unqualified(&a) != unqualified(&b) {
+                        self.error(conflict_error(
+                            name,
+                            span,
+                            (&a, first_span),
+                            (&b, source.span),
+                        ));
+                        result = Resolved::Conflict;
+                        break;
+                    }
+                }
+            }
+        }
+        self.pointers.resolving.remove(name);
+        self.pointers
+            .resolved
+            .insert(name.to_string(), result.clone());
+        // `p = p->next` is typed once `p` is: it must agree too.
+        if let (Resolved::Typed(_), Some((first, first_span))) = (&result, found) {
+            for source in untyped {
+                let Some(target) = self.trial_pointee(source) else {
+                    continue;
+                };
+                let facts = self.elab.facts;
+                let (a, b) = (facts.type_name(first), facts.type_name(target));
+                if unqualified(&a) != unqualified(&b) {
+                    self.error(conflict_error(
+                        name,
+                        span,
+                        (&a, first_span),
+                        (&b, source.span),
+                    ));
+                    result = Resolved::Conflict;
+                    self.pointers
+                        .resolved
+                        .insert(name.to_string(), Resolved::Conflict);
+                    break;
+                }
+            }
+        }
+        match result {
+            Resolved::Typed(t) => Some(t),
+            Resolved::Untyped => {
+                self.error(untyped_error(name, span));
+                None
+            }
+            Resolved::Conflict => None,
+        }
+    }
+
+    /// What `value` points to, found by lowering it and then forgetting
+    /// that (its diagnostics and the locals it named): the assignment is
+    /// lowered again where it stands.
+    fn trial_pointee(&mut self, value: &ast::Expr) -> Option<TypeId> {
+        let saved = self.save_locals();
+        let before = self.elab.diags.len();
+        let before_alias = self.elab.alias_errors.len();
+        let lowered = self.expr(value);
+        let failed = self.elab.diags[before..].iter().any(Diagnostic::is_error);
+        self.elab.diags.truncate(before);
+        self.elab.alias_errors.truncate(before_alias);
+        let target = if failed { None } else { self.pointee(&lowered) };
+        self.restore_locals(saved);
+        target
+    }
+
+    /// The type a lowered value points to, if it is a typed pointer (a
+    /// `void *` types nothing: it is how untyped addresses are passed).
+    fn pointee(&mut self, e: &Expr) -> Option<TypeId> {
+        let facts = self.elab.facts;
+        let target = self.pointee_of(e)?;
+        (!matches!(facts.kind(target), TypeKind::Void)).then_some(target)
+    }
+
+    fn pointee_of(&mut self, e: &Expr) -> Option<TypeId> {
+        let facts = self.elab.facts;
+        match &e.kind {
+            ExprKind::Context(access) => match access.value {
+                AccessValue::AddressOf => Some(access.ty),
+                // `@cast(x, "T")` alone: its cursor is the `T` itself.
+                AccessValue::Pointer
+                    if access.steps.is_empty()
+                        && matches!(access.base, AccessBase::Cast { .. }) =>
+                {
+                    Some(access.ty)
+                }
+                AccessValue::Pointer => match facts.kind(access.ty) {
+                    TypeKind::Pointer(target) => Some(target),
+                    _ => None,
+                },
+                _ => None,
+            },
+            ExprKind::Entry(inner) => self.pointee(inner),
+            ExprKind::Local(id) => {
+                let name = self.locals[id.0 as usize].name.clone();
+                if !self.pointers.sources.contains_key(&name) {
+                    return None;
+                }
+                let before = self.elab.diags.len();
+                let target = self.pointer_local_target(&name, e.span);
+                self.elab.diags.truncate(before);
+                target
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Two typed assignments of `name` point to different types.
+fn conflict_error(
+    name: &str,
+    use_span: Span,
+    first: (&str, Span),
+    second: (&str, Span),
+) -> Diagnostic {
+    let ((a, a_span), (b, b_span)) = (first, second);
+    Diagnostic::error(format!(
+        "local `{name}` is assigned pointers to two types, `{a}` and `{b}`"
+    ))
+    .at(use_span, format!("`{name}->` needs one type"))
+    .also(a_span, format!("a `{a} *`"))
+    .also(b_span, format!("a `{b} *`"))
+    .note(format!(
+        "help: name the type at the use: `@cast({name}, \"{b}\")->...`"
+    ))
+}
+
+fn untyped_error(name: &str, span: Span) -> Diagnostic {
+    Diagnostic::error(format!(
+        "local `{name}` is not assigned a pointer of a known type"
+    ))
+    .at(span, "`->` needs the type it points to")
+    .note(
+        "a local is typed by assignments of `@cast(...)`, `&@cast(...)->f`, a `$pointer`, `@var(...)` or `@entry($pointer)`; a number or a `void *` types nothing",
+    )
+    .note("help: use `@cast(ptr, \"struct name\")->member` to read through a pointer")
+}
