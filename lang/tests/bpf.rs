@@ -702,6 +702,7 @@ fn a_wildcard_whose_code_does_not_depend_on_the_function_shares_one_program() {
             functions,
             is_return: false,
             multi: true,
+            ..
         },
     ] = attach.as_slice()
     else {
@@ -709,6 +710,52 @@ fn a_wildcard_whose_code_does_not_depend_on_the_function_shares_one_program() {
     };
     assert!(functions.len() > 5, "{functions:?}");
     assert!(functions.contains(&"tcp_sendmsg".to_string()));
+}
+
+/// para-callgraph.stp's handlers: `$$parms` and `$$return` list different
+/// arguments per function, yet each direction is one program, which finds
+/// its function's list through the attach cookie (one row per function).
+#[test]
+fn bulk_lists_that_differ_per_function_share_one_program() {
+    let script = r#"
+        function trace(entry_p, extra) {
+          printf("%d%s%s %s\n", tid(), (entry_p>0?"->":"<-"), ppfunc(), extra)
+        }
+        probe kernel.function("tcp_*").call { trace(1, $$parms) }
+        probe kernel.function("tcp_*").return { trace(-1, $$return) }
+    "#;
+    for multi in [true, false] {
+        let (module, map) = stap_lang::testing::lower_script(script, &FakeKernel::new());
+        let mut options = options();
+        options.kernel.kprobe_multi = multi;
+        let object = bpf::compile(&module, &options)
+            .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+        let sets: Vec<(&Vec<String>, &Vec<u64>, bool)> = object
+            .programs
+            .iter()
+            .map(|p| match &p.attach {
+                AttachKind::Kprobes {
+                    functions,
+                    cookies,
+                    is_return,
+                    ..
+                } => (functions, cookies, *is_return),
+                other => panic!("one shared program per direction: {other:?}"),
+            })
+            .collect();
+        let [(calls, call_rows, false), (returns, return_rows, true)] = sets.as_slice() else {
+            panic!("two programs: {sets:?}");
+        };
+        assert!(calls.len() > 5 && calls.len() == returns.len(), "{calls:?}");
+        assert_eq!(call_rows.len(), calls.len());
+        assert_eq!(return_rows.len(), returns.len());
+        let mut distinct = call_rows.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), call_rows.len(), "a row per function");
+        let listing = bpf::listing(&object, &map);
+        assert!(listing.contains("get_attach_cookie"), "{listing}");
+    }
 }
 
 #[test]

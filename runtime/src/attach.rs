@@ -243,9 +243,10 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
                 functions,
                 is_return,
                 multi,
+                cookies,
             } => {
-                let (fds, set) =
-                    kprobe_set(fd.as_fd(), functions, *is_return, *multi).map_err(error)?;
+                let (fds, set) = kprobe_set(fd.as_fd(), functions, cookies, *is_return, *multi)
+                    .map_err(error)?;
                 attached.function_sets.push(FunctionSet {
                     program: index,
                     probe: program.attach.point_text(),
@@ -257,7 +258,7 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
                 function,
                 offset,
                 is_return,
-            } => kprobe(fd.as_fd(), function, *offset, *is_return)
+            } => kprobe(fd.as_fd(), function, *offset, *is_return, None)
                 .map(|(event, link)| (vec![event], link))
                 .map_err(error)?,
             AttachKind::PerfEvent {
@@ -456,7 +457,7 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             function,
             offset,
             is_return,
-        } => kprobe(prog, function, *offset, *is_return).map(|(event, link)| {
+        } => kprobe(prog, function, *offset, *is_return, None).map(|(event, link)| {
             let mut fds = vec![event];
             fds.extend(link);
             fds
@@ -465,7 +466,8 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             functions,
             is_return,
             multi,
-        } => kprobe_set(prog, functions, *is_return, *multi).map(|(fds, _)| fds),
+            cookies,
+        } => kprobe_set(prog, functions, cookies, *is_return, *multi).map(|(fds, _)| fds),
         AttachKind::Fentry { function, .. } => fentry(prog, function).map(|fd| vec![fd]),
         AttachKind::Uprobe {
             path,
@@ -685,13 +687,15 @@ fn probe_pmu(name: &str) -> io::Result<(u32, u64)> {
 
 /// A kprobe through the kprobe PMU. The program goes on through a BPF
 /// perf-event link where the kernel has them (5.15), since the link's info
-/// counts the kprobe's misses (6.7); else through the perf ioctl. Returns
-/// the perf event and the link.
+/// counts the kprobe's misses (6.7); else through the perf ioctl. A
+/// `cookie` (the function's row of a shared program's table) needs the
+/// link: the ioctl cannot carry one. Returns the perf event and the link.
 fn kprobe(
     prog: BorrowedFd,
     function: &str,
     offset: u64,
     is_return: bool,
+    cookie: Option<u64>,
 ) -> Result<(OwnedFd, Option<OwnedFd>), String> {
     let (perf_type, retprobe) = probe_pmu("kprobe").map_err(|_| {
         format!(
@@ -725,8 +729,14 @@ fn kprobe(
             os_error(&e)
         ))
     })?;
-    let link = match sys::link_create(prog, Some(fd.as_fd()), sys::BPF_PERF_EVENT) {
+    let link = match sys::link_create_perf_event(prog, fd.as_fd(), cookie.unwrap_or(0)) {
         Ok(link) => Some(link),
+        Err(e) if cookie.is_some() => {
+            return Err(format!(
+                "BPF_LINK_CREATE for {what} with a BPF cookie (Linux 5.15): {}",
+                os_error(&e)
+            ));
+        }
         Err(_) => {
             sys::perf_event_set_bpf(fd.as_fd(), prog)
                 .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
@@ -740,25 +750,32 @@ fn kprobe(
 /// One program on many functions. Functions the kernel refuses (notrace,
 /// inlined away, on the kprobe blacklist) are skipped and reported, not
 /// fatal; it is an error only when none can be probed.
+/// `cookies`, when not empty, gives each function its BPF cookie.
 fn kprobe_set(
     prog: BorrowedFd,
     functions: &[String],
+    cookies: &[u64],
     is_return: bool,
     multi: bool,
 ) -> Result<(Vec<OwnedFd>, FunctionSet), String> {
     let mut set = FunctionSet::default();
     let mut fds = Vec::new();
+    let cookie = |at: usize| cookies.get(at).copied();
     if multi {
         set.mechanism = "kprobe_multi";
         // Pass 2 already left out what ftrace cannot hook (the kernel
         // facts' traceable functions); what the kernel still refuses is
         // found by halving.
-        let wanted: Vec<&str> = functions.iter().map(String::as_str).collect();
+        let wanted: Vec<(&str, u64)> = functions
+            .iter()
+            .enumerate()
+            .map(|(at, f)| (f.as_str(), cookie(at).unwrap_or(0)))
+            .collect();
         kprobe_multi_links(prog, &wanted, is_return, &mut fds, &mut set);
     } else {
         set.mechanism = "kprobes";
-        for function in functions {
-            match kprobe(prog, function, 0, is_return) {
+        for (at, function) in functions.iter().enumerate() {
+            match kprobe(prog, function, 0, is_return, cookie(at)) {
                 Ok((event, link)) => {
                     fds.push(event);
                     fds.extend(link);
@@ -786,7 +803,7 @@ fn kprobe_set(
 /// alone: a handful of extra links, never one per function.
 fn kprobe_multi_links(
     prog: BorrowedFd,
-    functions: &[&str],
+    functions: &[(&str, u64)],
     is_return: bool,
     fds: &mut Vec<OwnedFd>,
     set: &mut FunctionSet,
@@ -794,17 +811,17 @@ fn kprobe_multi_links(
     if functions.is_empty() {
         return;
     }
-    let symbols: Vec<std::ffi::CString> = functions
+    let (symbols, cookies): (Vec<std::ffi::CString>, Vec<u64>) = functions
         .iter()
-        .filter_map(|f| std::ffi::CString::new(*f).ok())
-        .collect();
-    match sys::link_create_kprobe_multi(prog, &symbols, is_return) {
+        .filter_map(|(f, cookie)| Some((std::ffi::CString::new(*f).ok()?, *cookie)))
+        .unzip();
+    match sys::link_create_kprobe_multi(prog, &symbols, &cookies, is_return) {
         Ok(link) => {
             fds.push(link);
             set.attached += functions.len();
         }
         Err(e) if functions.len() == 1 => set.skipped.push((
-            functions[0].to_string(),
+            functions[0].0.to_string(),
             format!("kprobe_multi: {}", os_error(&e)),
         )),
         Err(_) => {

@@ -879,6 +879,33 @@ pub fn link_create(
 }
 
 #[repr(C)]
+struct LinkCreatePerfEventAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    // `link_create.perf_event`.
+    bpf_cookie: u64,
+}
+
+/// BPF_LINK_CREATE of `prog` on the perf event `event` (Linux 5.15),
+/// with the value `bpf_get_attach_cookie` returns in it.
+pub fn link_create_perf_event(
+    prog: BorrowedFd,
+    event: BorrowedFd,
+    cookie: u64,
+) -> io::Result<OwnedFd> {
+    let mut attr = LinkCreatePerfEventAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        target_fd: event.as_raw_fd() as u32,
+        attach_type: BPF_PERF_EVENT,
+        flags: 0,
+        bpf_cookie: cookie,
+    };
+    bpf_fd(BPF_LINK_CREATE, &mut attr)
+}
+
+#[repr(C)]
 struct LinkCreateNetfilterAttr {
     prog_fd: u32,
     target_fd: u32,
@@ -933,11 +960,16 @@ const BPF_F_KPROBE_MULTI_RETURN: u32 = 1;
 /// `BPF_TRACE_KPROBE_MULTI`) on every function in `symbols` at once, one
 /// fprobe for all of them (Linux 5.18 and later, `CONFIG_FPROBE`). The
 /// kernel refuses the whole link if one symbol cannot be probed.
+///
+/// `cookies` (one per symbol) are what `bpf_get_attach_cookie` returns
+/// when the program runs for that function.
 pub fn link_create_kprobe_multi(
     prog: BorrowedFd,
     symbols: &[std::ffi::CString],
+    cookies: &[u64],
     is_return: bool,
 ) -> io::Result<OwnedFd> {
+    assert_eq!(symbols.len(), cookies.len(), "one cookie per symbol");
     let pointers: Vec<*const std::ffi::c_char> = symbols.iter().map(|s| s.as_ptr()).collect();
     let mut attr = LinkCreateKprobeMultiAttr {
         prog_fd: prog.as_raw_fd() as u32,
@@ -952,7 +984,7 @@ pub fn link_create_kprobe_multi(
         cnt: pointers.len() as u32,
         syms: pointers.as_ptr() as u64,
         addrs: 0,
-        cookies: 0,
+        cookies: cookies.as_ptr() as u64,
     };
     bpf_fd(BPF_LINK_CREATE, &mut attr)
 }

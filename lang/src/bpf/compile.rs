@@ -4,6 +4,7 @@
 use hashbrown::HashMap;
 
 use super::btf::{BtfWriter, FuncInfo, INT_SIGNED, LineInfo, Linkage};
+use super::bulk;
 use super::emit::{self, FormatsIndex, MapIndex};
 use super::inline::inline_calls;
 use super::layout;
@@ -89,13 +90,16 @@ fn compile_in(
         &contended,
     );
     shared_syscall_programs(module, &handlers, options, &mut shared);
-    let formats = match format_table(module, &handlers, maps.len() + 4, &options.local_time) {
+    let mut formats = match format_table(module, &handlers, maps.len() + 4, &options.local_time) {
         Ok(formats) => formats,
         Err(mut errors) => {
             diags.append(&mut errors);
             None
         }
     };
+    if let Some((index, data)) = &mut formats {
+        bulk_rows(&handlers, &mut shared, index, data);
+    }
     let index = MapIndex {
         globals,
         events: maps.len(),
@@ -168,7 +172,7 @@ fn compile_in(
                     options.kernel.kprobe_multi && !is_contended(&probe.kind, &contended),
                 ),
             },
-            Share::Leader(attach) => Some(attach.clone()),
+            Share::Leader(attach, _) => Some(attach.clone()),
             Share::Folded => continue,
         };
         let Some(attach) = attach else {
@@ -230,8 +234,9 @@ fn compile_in(
 enum Share {
     /// Its own program, attached to its own point.
     Alone,
-    /// One program for every function of its group (itself first).
-    Leader(AttachKind),
+    /// One program for every function of its group: the attachment and
+    /// the member positions (itself first).
+    Leader(AttachKind, Vec<usize>),
     /// Folded into an earlier leader's program.
     Folded,
 }
@@ -290,7 +295,9 @@ fn is_contended(kind: &ProbeKind, contended: &Contended) -> bool {
 
 /// The kprobe handlers of one wildcard probe that can share a program: the
 /// same probe statement and direction, and the same code once inlined (so
-/// no argument whose type or register differs between functions). Loading
+/// no argument whose type or register differs between functions) but for
+/// their bulk lists (`$$parms`, `$$return`), which become rows of a table
+/// the program finds through each function's attach cookie (`bulk`). Loading
 /// one program and attaching it to every function is what makes
 /// `kernel.function("tcp_*")` over hundreds of functions start in
 /// milliseconds rather than seconds.
@@ -314,8 +321,9 @@ fn shared_kprobe_programs(
         kind if is_contended(kind, contended) => None,
         kind => kprobe_target(kind),
     };
-    // Groups: (is_return, member positions).
-    let groups = group_by_code(module, handlers, |_, index| {
+    // Groups: (is_return, member positions). The bulk lists are rows of a
+    // table the program reads through the attach cookie (`bulk`).
+    let groups = group_by_code(module, handlers, true, |_, index| {
         kprobe(index).map(|(_, is_return)| is_return)
     });
     let mut shares: Vec<Share> = handlers.iter().map(|_| Share::Alone).collect();
@@ -343,11 +351,15 @@ fn shared_kprobe_programs(
             .filter_map(|at| kprobe(handlers[*at].0).map(|(name, _)| name))
             .collect();
         runtime_identities(&mut handlers[members[0]].1, &varying);
-        shares[members[0]] = Share::Leader(AttachKind::Kprobes {
-            functions,
-            is_return,
-            multi,
-        });
+        shares[members[0]] = Share::Leader(
+            AttachKind::Kprobes {
+                functions,
+                is_return,
+                multi,
+                cookies: Vec::new(),
+            },
+            members.clone(),
+        );
         for at in &members[1..] {
             shares[*at] = Share::Folded;
         }
@@ -368,24 +380,37 @@ fn raw_syscall(module: &Module, options: &Options, probe: usize) -> Option<(bool
 
 /// Groups handler positions that can share one program: the same probe
 /// statement, the same direction (`direction` gives it, or `None` for a
-/// handler that takes no part), and the same code once inlined. Each group
+/// handler that takes no part), and the same code once inlined, with
+/// `lists_as_data` the same but for their bulk lists (`bulk`). Each group
 /// is (direction, member positions), its lead first.
 fn group_by_code(
     module: &Module,
     handlers: &[(usize, Function)],
+    lists_as_data: bool,
     direction: impl Fn(usize, usize) -> Option<bool>,
 ) -> Vec<(bool, Vec<usize>)> {
+    let compared: Vec<std::borrow::Cow<Function>> = handlers
+        .iter()
+        .map(|(_, function)| {
+            let lists = bulk::bulk_ops(function).iter().any(|(_, i)| !i.is_empty());
+            if lists_as_data && lists {
+                std::borrow::Cow::Owned(bulk::without_lists(function))
+            } else {
+                std::borrow::Cow::Borrowed(function)
+            }
+        })
+        .collect();
     let mut groups: Vec<(bool, Vec<usize>)> = Vec::new();
-    for (position, (index, function)) in handlers.iter().enumerate() {
+    for (position, (index, _)) in handlers.iter().enumerate() {
         let Some(dir) = direction(position, *index) else {
             continue;
         };
         let span = module.probes[*index].span;
         let group = groups.iter_mut().find(|(d, members)| {
-            let (lead_index, lead_function) = &handlers[members[0]];
+            let lead_index = handlers[members[0]].0;
             *d == dir
-                && module.probes[*lead_index].span == span
-                && same_code(lead_function, function)
+                && module.probes[lead_index].span == span
+                && same_code(&compared[members[0]], &compared[position])
         });
         match group {
             Some((_, members)) => members.push(position),
@@ -411,7 +436,7 @@ fn shared_syscall_programs(
     shares: &mut [Share],
 ) {
     // Groups: (exit, member positions).
-    let groups = group_by_code(module, handlers, |position, index| {
+    let groups = group_by_code(module, handlers, false, |position, index| {
         if !matches!(shares[position], Share::Alone) {
             return None;
         }
@@ -434,10 +459,48 @@ fn shared_syscall_programs(
             .filter_map(|at| raw_syscall(module, options, handlers[*at].0))
             .map(|(_, event)| event)
             .collect();
-        shares[members[0]] = Share::Leader(AttachKind::Syscall { exit, events });
+        shares[members[0]] = Share::Leader(AttachKind::Syscall { exit, events }, members.clone());
         for at in &members[1..] {
             shares[*at] = Share::Folded;
         }
+    }
+}
+
+/// Places the bulk-list rows (`bulk`) of every program whose handler has
+/// `Op::BulkArgs` in the formats map's `data`: one row at a fixed place
+/// for a program of its own, one per function for a shared kprobe
+/// program, whose functions get their row's offset as attach cookie.
+fn bulk_rows(
+    handlers: &[(usize, Function)],
+    shares: &mut [Share],
+    index: &mut FormatsIndex,
+    data: &mut Vec<u8>,
+) {
+    let mut names = HashMap::new();
+    for position in 0..handlers.len() {
+        let (probe_index, function) = &handlers[position];
+        if bulk::bulk_ops(function).is_empty() {
+            continue;
+        }
+        if index.bulk_formats.is_none() {
+            index.bulk_formats = Some(bulk::place_formats(data));
+        }
+        let (members, shared) = match &shares[position] {
+            Share::Alone => (vec![position], false),
+            Share::Leader(AttachKind::Kprobes { .. }, members) => (members.clone(), true),
+            // A syscall group shares only identical code, lists included.
+            Share::Leader(_, _) => (vec![position], false),
+            Share::Folded => continue,
+        };
+        let functions: Vec<&Function> = members.iter().map(|at| &handlers[*at].1).collect();
+        let (place, rows) = bulk::place_rows(data, &mut names, &functions, shared);
+        if let Share::Leader(AttachKind::Kprobes { cookies, .. }, _) = &mut shares[position] {
+            *cookies = rows;
+        }
+        index.bulk.insert(*probe_index, place);
+    }
+    while data.len() % 8 != 0 {
+        data.push(0);
     }
 }
 
@@ -613,6 +676,7 @@ fn format_table(
     for (_, function) in handlers {
         for inst in function.blocks.iter().flat_map(|b| &b.insts) {
             match &inst.op {
+                Op::BulkArgs { .. } => needed = true,
                 Op::Sprintf { format, .. } => {
                     needed = true;
                     if offsets.contains_key(&format.0) || segments.contains_key(&format.0) {
@@ -755,6 +819,8 @@ fn format_table(
         hex_frame,
         regexes,
         ctime,
+        bulk_formats: None,
+        bulk: HashMap::new(),
     };
     Ok(Some((index, data)))
 }
@@ -850,6 +916,7 @@ fn attach_kind(
                     functions: clones.to_vec(),
                     is_return: *is_return,
                     multi: kprobe_multi,
+                    cookies: Vec::new(),
                 },
             },
         },

@@ -158,7 +158,8 @@ pub fn remap_op(op: &Op, f: &impl Fn(Reg) -> Reg) -> Op {
         | Op::LoadGlobal { dst, .. }
         | Op::ContextArg { dst, .. }
         | Op::ContextField { dst, .. }
-        | Op::ContextReturn { dst } => *dst = f(*dst),
+        | Op::ContextReturn { dst }
+        | Op::BulkArgs { dst, .. } => *dst = f(*dst),
         Op::Move { dst, src } | Op::Unary { dst, src, .. } => {
             *dst = f(*dst);
             *src = f(*src);

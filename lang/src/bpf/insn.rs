@@ -106,6 +106,7 @@ pub mod helper {
     pub const FOR_EACH_MAP_ELEM: i32 = 164;
     pub const SNPRINTF: i32 = 165;
     pub const GET_FUNC_IP: i32 = 173;
+    pub const GET_ATTACH_COOKIE: i32 = 174;
     pub const LOOP: i32 = 181;
     pub const MAP_LOOKUP_PERCPU_ELEM: i32 = 195;
 
@@ -131,6 +132,7 @@ pub mod helper {
             FOR_EACH_MAP_ELEM => "for_each_map_elem",
             SNPRINTF => "snprintf",
             GET_FUNC_IP => "get_func_ip",
+            GET_ATTACH_COOKIE => "get_attach_cookie",
             LOOP => "loop",
             MAP_LOOKUP_PERCPU_ELEM => "map_lookup_percpu_elem",
             _ => return None,

@@ -6,6 +6,7 @@
 
 pub mod attach;
 pub mod btf;
+mod bulk;
 mod compile;
 pub mod dispatch;
 mod emit;
@@ -209,6 +210,10 @@ pub enum AttachKind {
         functions: Vec<String>,
         is_return: bool,
         multi: bool,
+        /// Per function (parallel to `functions`), the BPF cookie its
+        /// attachment carries: where its row of the program's bulk-list
+        /// table is (`bulk`). Empty when the program reads none.
+        cookies: Vec<u64>,
     },
     /// `syscalls:sys_enter_NAME`/`sys_exit_NAME` events, implemented on
     /// the raw `sys_enter`/`sys_exit` tracepoint

@@ -70,7 +70,10 @@ pub fn op_uses(op: &Op) -> Vec<Reg> {
         Op::IterStart { limit, .. } => limit.iter().copied().collect(),
         Op::IterNext { .. } => vec![],
         Op::Call { args, .. } | Op::Builtin { args, .. } | Op::Sprintf { args, .. } => args.clone(),
-        Op::ContextArg { .. } | Op::ContextField { .. } | Op::ContextReturn { .. } => vec![],
+        Op::ContextArg { .. }
+        | Op::ContextField { .. }
+        | Op::ContextReturn { .. }
+        | Op::BulkArgs { .. } => vec![],
         Op::ReadKernel { addr, .. } | Op::ReadUser { addr, .. } => vec![*addr],
         Op::Printf { args, .. } => args
             .iter()
@@ -108,6 +111,7 @@ pub fn op_defs(op: &Op) -> Vec<Reg> {
         | Op::ContextArg { dst, .. }
         | Op::ContextField { dst, .. }
         | Op::ContextReturn { dst }
+        | Op::BulkArgs { dst, .. }
         | Op::ReadKernel { dst, .. }
         | Op::ReadUser { dst, .. } => vec![*dst],
         Op::Call { dst, .. } | Op::Builtin { dst, .. } => dst.iter().copied().collect(),

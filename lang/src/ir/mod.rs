@@ -55,6 +55,22 @@ pub struct StrId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FormatId(pub u32);
 
+/// One `name=value` piece of `Op::BulkArgs`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BulkItem {
+    pub name: String,
+    pub source: BulkSource,
+}
+
+/// Where a `BulkItem`'s value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BulkSource {
+    /// Argument `index` of the probed function (`Op::ContextArg`).
+    Arg(u32),
+    /// The return value (`Op::ContextReturn`).
+    Return,
+}
+
 /// A `foreach` iterator slot within one function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IterId(pub u32);
@@ -538,6 +554,16 @@ pub enum Op {
     /// `$return` of a `.return` probe.
     ContextReturn {
         dst: Reg,
+    },
+    /// `$$parms`, `$$vars` or `$$return` of a function probe, unpretty:
+    /// `name=%#x` pieces joined by spaces, read from the probed
+    /// function's arguments. The op reads them itself, so handlers of one
+    /// wildcard whose lists differ (para-callgraph.stp's `$$parms`) differ
+    /// only in `items`: a shared program takes each function's list from a
+    /// table (`bpf::compile`).
+    BulkArgs {
+        dst: Reg,
+        items: Vec<BulkItem>,
     },
     /// Reads `size` (1, 2, 4 or 8) bytes of kernel memory at `addr`, sign-
     /// or zero-extended. A fault is a run-time error naming the address.

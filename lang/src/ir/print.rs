@@ -6,8 +6,8 @@
 use super::Placement;
 use super::{BinOp, Constant};
 use super::{
-    Block, Catch, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op, PrintArg, Reg,
-    Sort, SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
+    Block, BulkSource, Catch, CmpOp, Failure, Function, Global, HistKind, Inst, Module, Op,
+    PrintArg, Reg, Sort, SortBy, StatNeeds, StatValue, Storage, SymbolText, Term, UnOp, ValType,
 };
 use crate::ast_print::quote_string;
 use crate::source::{SourceMap, Span};
@@ -529,6 +529,16 @@ impl Printer<'_> {
                 self.format(*format),
                 regs(args)
             ),
+            Op::BulkArgs { dst, items } => {
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|item| match item.source {
+                        BulkSource::Arg(index) => format!("{}=arg {index}", item.name),
+                        BulkSource::Return => format!("{}=return", item.name),
+                    })
+                    .collect();
+                format!("{} = bulk_args({})", reg(*dst), items.join(", "))
+            }
             Op::Exit => "exit".into(),
             Op::Tick => "tick".into(),
         }

@@ -627,6 +627,7 @@ impl FnTranslator<'_> {
             Op::ContextArg { .. }
             | Op::ContextField { .. }
             | Op::ContextReturn { .. }
+            | Op::BulkArgs { .. }
             | Op::ReadUser { .. } => {
                 return Err(JitError::new(format!(
                     "{}: kernel context read in host code",

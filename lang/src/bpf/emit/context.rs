@@ -9,6 +9,14 @@ const MAX_STACK_ARGS: u32 = 16;
 
 impl Emitter<'_> {
     pub(super) fn context_arg(&mut self, dst: Reg, index: u32) {
+        if self.arg_to_r0(index) {
+            self.set_result(dst, R0);
+        }
+    }
+
+    /// Argument `index` into r0 (clobbers r1-r5); false, with the error
+    /// reported, where this context has no such argument.
+    pub(super) fn arg_to_r0(&mut self, index: u32) -> bool {
         match self.context {
             ContextStyle::U64Array { btf_typed, .. } if index < 12 => {
                 self.context_slot(index, btf_typed && self.is_pointer_slot(index));
@@ -24,10 +32,10 @@ impl Emitter<'_> {
                 self.unsupported(format!(
                     "argument {index} of this probe point in a kernel probe"
                 ));
-                return;
+                return false;
             }
         }
-        self.set_result(dst, R0);
+        true
     }
 
     /// Arguments past the sixth, which the x86_64 calling convention passes
@@ -166,6 +174,14 @@ impl Emitter<'_> {
     }
 
     pub(super) fn context_return(&mut self, dst: Reg) {
+        if self.return_to_r0() {
+            self.set_result(dst, R0);
+        }
+    }
+
+    /// The return value into r0 (clobbers r1-r5); false, with the error
+    /// reported, outside a return probe.
+    pub(super) fn return_to_r0(&mut self) -> bool {
         match self.context {
             ContextStyle::U64Array {
                 ret_index: Some(index),
@@ -177,10 +193,10 @@ impl Emitter<'_> {
             }
             _ => {
                 self.unsupported("$return outside a .return probe");
-                return;
+                return false;
             }
         }
-        self.set_result(dst, R0);
+        true
     }
 
     fn is_pointer_slot(&self, index: u32) -> bool {

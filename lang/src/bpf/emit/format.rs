@@ -21,7 +21,7 @@ use crate::printf::{Conversion, Count, Spec};
 /// (a u64 in octal is 22), the argument array of a helper part (12 × 8),
 /// then the position and a laundering slot.
 pub(crate) const DIGITS_BYTES: u32 = 112;
-const POS_AT: u32 = 96;
+pub(super) const POS_AT: u32 = 96;
 const LAUNDER_AT: u32 = 104;
 const MAX_DIGITS: i32 = 24;
 
@@ -35,7 +35,7 @@ pub(crate) enum FormatPart {
 
 // Per-directive values on the stack (nothing else uses these slots during
 // a sprintf).
-const VALUE: i16 = FRAME_SMALL_VALUE;
+pub(super) const VALUE: i16 = FRAME_SMALL_VALUE;
 const WIDTH: i16 = FRAME_SMALL_VALUE + 8;
 /// -1: no precision.
 const PREC: i16 = FRAME_SMALL_VALUE + 16;
@@ -123,6 +123,14 @@ impl Emitter<'_> {
             }
             self.push(Insn::store(DW, R1, (index * 8) as i16, R2));
         }
+        self.snprintf_at_pos(map, offset, args.len());
+    }
+
+    /// `bpf_snprintf` of the format at `offset` of the formats map at the
+    /// running position, its `count` arguments already at the start of
+    /// the sprintf scratch area.
+    pub(super) fn snprintf_at_pos(&mut self, map: usize, offset: u32, count: usize) {
+        let data = self.scratch.sprintf;
         let skip = self.new_label();
         self.load_pos(R3);
         self.scratch_addr(R1, self.scratch.temp);
@@ -130,12 +138,12 @@ impl Emitter<'_> {
         self.push(Insn::mov_imm(R2, self.n as i32));
         self.push(Insn::alu64_reg(insn::SUB, R2, R3));
         self.ld_map_value(R3, map, offset as i32);
-        if args.is_empty() {
+        if count == 0 {
             self.push(Insn::mov_imm(R4, 0));
         } else {
             self.scratch_addr(R4, data);
         }
-        self.push(Insn::mov_imm(R5, 8 * args.len() as i32));
+        self.push(Insn::mov_imm(R5, 8 * count as i32));
         self.call(helper::SNPRINTF);
         // r0: bytes it would write, NUL included.
         self.jump(Insn::jump_imm(insn::JSLE, R0, 0, 0), skip);

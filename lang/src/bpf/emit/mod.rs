@@ -15,6 +15,7 @@
 //! - The stack frame (offsets from r10) is fixed: see the `FRAME_*`
 //!   constants; spill slots follow it.
 
+mod bulk;
 mod context;
 mod dates;
 mod foreach;
@@ -28,6 +29,7 @@ mod strings;
 
 use hashbrown::{HashMap, HashSet};
 
+use super::bulk::{BulkFormats, BulkPlace};
 use super::insn::{self, B, DW, FP, H, Insn, R0, R1, R2, R3, R4, R5, W, helper};
 use super::layout::{self, StatLayout};
 use super::maps::{self, COUNTER_DEPTH, COUNTER_LOST_EVENTS};
@@ -98,6 +100,10 @@ pub(super) struct FormatsIndex {
     pub regexes: HashMap<String, RegexPlace>,
     /// `ctime`/`tz_ctime`'s names and formats, when a handler calls them.
     pub ctime: Option<CtimePlace>,
+    /// The piece formats of `$$parms` and kin (`bpf::bulk`), if used.
+    pub bulk_formats: Option<BulkFormats>,
+    /// Where each program's bulk-list rows are, by its probe's index.
+    pub bulk: HashMap<usize, BulkPlace>,
 }
 
 /// Where `ctime`'s pieces sit in the formats map's value.
@@ -851,6 +857,8 @@ impl Emitter<'_> {
                         sprintf = sprintf.max(8);
                         stack = true;
                     }
+                    // Two arguments and the running position.
+                    Op::BulkArgs { .. } => sprintf = sprintf.max(format::DIGITS_BYTES),
                     Op::Sprintf { args, format, .. } => {
                         sprintf = sprintf.max(8 * args.len() as u32);
                         // Split formats also keep their digits there.
@@ -1266,6 +1274,7 @@ impl Emitter<'_> {
                 self.set_result(*dst, R0);
             }
             Op::ContextReturn { dst } => self.context_return(*dst),
+            Op::BulkArgs { dst, .. } => self.bulk_args(*dst),
             Op::ReadKernel {
                 dst,
                 addr,

@@ -10,7 +10,7 @@
 
 use super::FnLowering;
 use crate::ast::PrettyDepth;
-use crate::ir::{BinOp, Catch, CmpOp, Op, Reg, ValType};
+use crate::ir::{BinOp, BulkItem, BulkSource, Catch, CmpOp, Op, Reg, ValType};
 use crate::sdt::{SdtArg, SdtLocation};
 use crate::sema::hir::{
     AccessBase, AccessStep, AccessValue, Bitfield, ContextAccess, ContextSource, ContextVar,
@@ -322,6 +322,30 @@ impl FnLowering<'_, '_> {
                 });
             }
             return text.unwrap_or_else(|| self.const_str("", span));
+        }
+        // A function's arguments and return value: one op that reads them
+        // itself, so the list is data a shared program can look up.
+        let items: Option<Vec<BulkItem>> = vars
+            .iter()
+            .map(|v| {
+                let source = match v.source {
+                    ContextSource::FunctionParam(index) => BulkSource::Arg(index),
+                    ContextSource::Return => BulkSource::Return,
+                    _ => return None,
+                };
+                Some(BulkItem {
+                    name: v.name.clone(),
+                    source,
+                })
+            })
+            .collect();
+        // An empty list too (a void function's `$$return`), so it shares
+        // with the others; host code keeps its constant empty string.
+        let kernel = self.side == crate::ir::Placement::Kernel;
+        if let Some(items) = items.filter(|items| kernel || !items.is_empty()) {
+            let dst = self.body.reg(ValType::Str);
+            self.body.emit(Op::BulkArgs { dst, items }, span);
+            return dst;
         }
         let text: Vec<String> = vars.iter().map(|v| format!("{}=%#x", v.name)).collect();
         let format = self.m.format(&text.join(" "));

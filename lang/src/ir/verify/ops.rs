@@ -185,6 +185,10 @@ impl FunctionCheck<'_, '_> {
                 self.kernel_only("context access");
                 self.reg(*dst, Long, "destination");
             }
+            Op::BulkArgs { dst, .. } => {
+                self.kernel_only("context access");
+                self.reg(*dst, Str, "destination");
+            }
             Op::ContextField { dst, size, .. } => {
                 self.kernel_only("context access");
                 self.reg(*dst, Long, "destination");
