@@ -311,23 +311,87 @@ pub fn emit(map: &SourceMap, diags: &[Diagnostic]) -> Failed {
 /// A wildcard's matches the kernel cannot probe are left out, not fatal:
 /// counted always, named with `-v`.
 pub fn report_skipped_functions(skipped: &[sema::SkippedFunctions], verbose: bool) {
+    for line in skipped_report(skipped, verbose, None) {
+        errln!("{line}");
+    }
+}
+
+/// How many skipped functions the REPL names per wildcard: a line typed
+/// there (`kernel.function("*")`) may skip thousands, which would bury the
+/// prompt; `-v -p2` on the same probe lists them all.
+pub const REPL_SKIPPED_NAMES: usize = 20;
+
+/// The lines of the skipped-functions report, naming each function with
+/// `verbose`, at most `cap` of them per wildcard.
+pub fn skipped_report(
+    skipped: &[sema::SkippedFunctions],
+    verbose: bool,
+    cap: Option<usize>,
+) -> Vec<String> {
+    let mut lines = Vec::new();
     for point in skipped {
         let count = point.skipped.len();
-        if verbose {
-            errln!(
-                "{}: {} of {} matching functions probed, {count} skipped",
-                point.point,
-                point.matched - count,
-                point.matched
-            );
-            for (function, why) in &point.skipped {
-                errln!("  skipped {function}: {why}");
-            }
-        } else {
-            errln!(
+        if !verbose {
+            lines.push(format!(
                 "WARNING: {}: {count} matching functions cannot be probed and are skipped (-v names them)",
                 point.point
-            );
+            ));
+            continue;
         }
+        lines.push(format!(
+            "{}: {} of {} matching functions probed, {count} skipped",
+            point.point,
+            point.matched - count,
+            point.matched
+        ));
+        let shown = cap.unwrap_or(count).min(count);
+        for (function, why) in &point.skipped[..shown] {
+            lines.push(format!("  skipped {function}: {why}"));
+        }
+        if shown < count {
+            lines.push(format!(
+                "  ... and {} more (`-v -p2` on the probe names them all)",
+                count - shown
+            ));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skipping(count: usize) -> Vec<sema::SkippedFunctions> {
+        vec![sema::SkippedFunctions {
+            point: r#"kernel.function("f*").call"#.to_string(),
+            span: Default::default(),
+            matched: count + 3,
+            skipped: (0..count)
+                .map(|i| (format!("f{i}"), "notrace".to_string()))
+                .collect(),
+        }]
+    }
+
+    /// The REPL names at most its cap of skipped functions per wildcard
+    /// and counts the rest; a script's `-v` names them all.
+    #[test]
+    fn the_repl_caps_the_skipped_functions_it_names() {
+        let many = skipping(REPL_SKIPPED_NAMES + 5);
+        let capped = skipped_report(&many, true, Some(REPL_SKIPPED_NAMES));
+        assert_eq!(capped.len(), 1 + REPL_SKIPPED_NAMES + 1, "{capped:#?}");
+        assert_eq!(
+            capped[0],
+            r#"kernel.function("f*").call: 3 of 28 matching functions probed, 25 skipped"#
+        );
+        assert_eq!(capped[1], "  skipped f0: notrace");
+        assert_eq!(
+            capped.last().map(String::as_str),
+            Some("  ... and 5 more (`-v -p2` on the probe names them all)")
+        );
+        let all = skipped_report(&many, true, None);
+        assert_eq!(all.len(), 1 + REPL_SKIPPED_NAMES + 5);
+        let few = skipped_report(&skipping(2), true, Some(REPL_SKIPPED_NAMES));
+        assert_eq!(few.len(), 3, "{few:#?}");
     }
 }

@@ -560,7 +560,10 @@ fn build(
             .filter(|point| point.span.file == file)
             .cloned()
             .collect();
-        frontend::report_skipped_functions(&typed, true);
+        let report = frontend::skipped_report(&typed, true, Some(frontend::REPL_SKIPPED_NAMES));
+        for line in report {
+            errln!("{line}");
+        }
     }
     // The session's maps outlive this program: string keys keep their full
     // size, so a later program's longer keys still fit.
