@@ -64,10 +64,16 @@ pub(crate) struct BulkOpPlace {
 
 /// The formats map's two `bpf_snprintf` formats for one piece: `%#x` is
 /// `0` for zero and `0x...` otherwise, and `bpf_snprintf` takes no `#`.
+/// Nor does it take a letter or digit right after `%s`, so the `0x` is
+/// a string argument of its own.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BulkFormats {
+    /// `%s%llx`: the name, then the value 0.
     pub zero: u32,
+    /// `%s%s%llx`: the name, `0x`, then the value.
     pub hex: u32,
+    /// `0x`.
+    pub prefix: u32,
 }
 
 /// The `BulkArgs` ops of `function`, in code order.
@@ -100,10 +106,12 @@ pub(crate) fn without_lists(function: &Function) -> Function {
 /// Appends the two piece formats to `data`.
 pub(crate) fn place_formats(data: &mut Vec<u8>) -> BulkFormats {
     let zero = data.len() as u32;
-    data.extend_from_slice(b"%s0\0");
+    data.extend_from_slice(b"%s%llx\0");
     let hex = data.len() as u32;
-    data.extend_from_slice(b"%s0x%llx\0");
-    BulkFormats { zero, hex }
+    data.extend_from_slice(b"%s%s%llx\0");
+    let prefix = data.len() as u32;
+    data.extend_from_slice(b"0x\0");
+    BulkFormats { zero, hex, prefix }
 }
 
 /// Appends the rows of one program whose functions' handlers are

@@ -93,15 +93,19 @@ impl Emitter<'_> {
             }
             self.push(Insn::mov_imm(R0, 0));
             self.bind(have);
+            // Zero: (name, 0). Else: (name, "0x", value).
             self.scratch_addr(R1, self.scratch.sprintf);
             self.push(Insn::store(DW, R1, 8, R0));
+            self.push(Insn::store(DW, R1, 16, R0));
             let hex = self.new_label();
             let printed = self.new_label();
             self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), hex);
-            self.snprintf_at_pos(map, pieces.zero, 1);
+            self.snprintf_at_pos(map, pieces.zero, 2);
             self.goto(printed);
             self.bind(hex);
-            self.snprintf_at_pos(map, pieces.hex, 2);
+            self.ld_map_value(R2, map, pieces.prefix as i32);
+            self.push(Insn::store(DW, R1, 8, R2));
+            self.snprintf_at_pos(map, pieces.hex, 3);
             self.bind(printed);
         }
         self.bind(done);
