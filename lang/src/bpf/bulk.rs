@@ -180,7 +180,7 @@ pub(crate) fn place_rows(
         .collect();
     let mut rows = Vec::new();
     for member in named {
-        while data.len() % 8 != 0 {
+        while !data.len().is_multiple_of(8) {
             data.push(0);
         }
         rows.push(data.len() as u64);

@@ -499,7 +499,7 @@ fn bulk_rows(
         }
         index.bulk.insert(*probe_index, place);
     }
-    while data.len() % 8 != 0 {
+    while !data.len().is_multiple_of(8) {
         data.push(0);
     }
 }
