@@ -61,25 +61,44 @@ pub fn run(args: &Args) -> Result<(), Failed> {
         return Ok(());
     }
 
-    let elaborate_started = Instant::now();
-    let program = front.elaborate(&map, &[user], &library, args)?;
-    if args.verbose > 0 {
-        errln!(
-            "Pass 2: analyzed script: {} probes, {} functions, {} globals, {} library scripts parsed in {}real ms.",
-            program.probes.len(),
-            program.functions.len(),
-            program.globals.len(),
-            front.library_parsed(),
-            elaborate_started.elapsed().as_millis()
-        );
+    // In `--kernel-probes auto`, a function whose fentry/fexit the kernel
+    // refuses at load or attach is compiled again with kprobes on it; each
+    // try adds one function, so this ends.
+    let mut fentry_refused: Vec<(String, Option<String>)> = Vec::new();
+    let user = [user];
+    loop {
+        let elaborate_started = Instant::now();
+        let program = front.elaborate(&map, &user, &library, args, &fentry_refused)?;
+        if args.verbose > 0 {
+            errln!(
+                "Pass 2: analyzed script: {} probes, {} functions, {} globals, {} library scripts parsed in {}real ms.",
+                program.probes.len(),
+                program.functions.len(),
+                program.globals.len(),
+                front.library_parsed(),
+                elaborate_started.elapsed().as_millis()
+            );
+        }
+        frontend::report_skipped_functions(&program.skipped_functions, args.verbose > 0);
+        if args.pass == Some(2) || args.dump == Some(DumpStage::Types) {
+            out!("{}", sema::print::print_program(&program, &map));
+            return Ok(());
+        }
+        match crate::run::run(args, &map, &program, kernel.as_ref(), &fentry_refused)? {
+            crate::run::Ran::Finished => return Ok(()),
+            crate::run::Ran::FentryRefused(refused) => {
+                if args.verbose > 0 {
+                    errln!(
+                        "Pass 5: the kernel refused fentry/fexit on {} ({}); probes on `{}` use kprobes instead, compiling again.",
+                        refused.point,
+                        refused.reason,
+                        refused.function
+                    );
+                }
+                fentry_refused.push((refused.function, refused.module));
+            }
+        }
     }
-    frontend::report_skipped_functions(&program.skipped_functions, args.verbose > 0);
-    if args.pass == Some(2) || args.dump == Some(DumpStage::Types) {
-        out!("{}", sema::print::print_program(&program, &map));
-        return Ok(());
-    }
-
-    crate::run::run(args, &map, &program, kernel.as_ref())
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

@@ -158,9 +158,14 @@ impl<'a> Frontend<'a> {
         user: &[ast::File],
         library: &Tapsets,
         args: &Args,
+        fentry_refused: &[(String, Option<String>)],
     ) -> Result<sema::Program, Failed> {
+        let options = sema::ElabOptions {
+            fentry_refused: fentry_refused.to_vec(),
+            ..elab_options(args)
+        };
         let (program, diags) = self.with_library(map, library, |library| {
-            sema::elaborate_with(user, library, self.kernel, &elab_options(args))
+            sema::elaborate_with(user, library, self.kernel, &options)
         })?;
         report(map, &diags)?;
         program.ok_or_else(|| fail("elaboration failed"))
@@ -194,6 +199,7 @@ pub fn elab_options(args: &Args) -> sema::ElabOptions {
             KernelProbes::Kprobe => sema::KernelProbes::Kprobe,
         },
         target_program: target_program(args),
+        fentry_refused: Vec::new(),
     }
 }
 

@@ -20,7 +20,7 @@ pub fn run(
     let front = Frontend::new(kernel, &[]);
     let library = front.load_tapsets(args, &mut map)?;
     let user = front.parse_one(&map, file)?;
-    let program = front.elaborate(&map, &[user], &library, args)?;
+    let program = front.elaborate(&map, &[user], &library, args, &[])?;
 
     let mut lines: Vec<String> = program
         .probes

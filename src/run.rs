@@ -14,12 +14,35 @@ use stap_runtime::jit::{self, HostProgram};
 use stap_runtime::{load, session};
 use std::time::{Duration, Instant};
 
+/// How a run ended without an error of its own.
+pub enum Ran {
+    Finished,
+    /// `--kernel-probes auto` only: the kernel refused a function's
+    /// fentry/fexit program before anything ran; the caller compiles again
+    /// with kprobes on that function.
+    FentryRefused(RefusedFentry),
+}
+
+/// A function whose fentry/fexit program the kernel would not load or
+/// attach.
+#[derive(Debug, PartialEq)]
+pub struct RefusedFentry {
+    pub function: String,
+    pub module: Option<String>,
+    /// The probe point that failed, in script syntax.
+    pub point: String,
+    /// What the kernel said.
+    pub reason: String,
+}
+
+/// `already`: functions a previous try moved to kprobes.
 pub fn run(
     args: &Args,
     map: &SourceMap,
     program: &sema::Program,
     kernel: &dyn stap_lang::kernel::KernelFacts,
-) -> Result<(), Failed> {
+    already: &[(String, Option<String>)],
+) -> Result<Ran, Failed> {
     let lowering = Instant::now();
     let mut compiling = Instant::now();
     let mut lowered = |module: &ir::Module| {
@@ -41,16 +64,16 @@ pub fn run(
     let Some(Compiled { module, mut object }) =
         frontend::compile(args, map, program, kernel, &mut lowered)?
     else {
-        return Ok(());
+        return Ok(Ran::Finished);
     };
     if args.dump == Some(DumpStage::Bpf) {
         out!("{}", bpf::listing(&object, map));
-        return Ok(());
+        return Ok(Ran::Finished);
     }
     if args.dump == Some(DumpStage::Clif) {
         let listing = jit::clif_listing(&module).map_err(fail)?;
         out!("{listing}");
-        return Ok(());
+        return Ok(Ran::Finished);
     }
     let host = HostProgram::compile(&module).map_err(fail)?;
     if args.verbose > 0 {
@@ -63,7 +86,7 @@ pub fn run(
         );
     }
     if args.pass == Some(4) {
-        return Ok(());
+        return Ok(Ran::Finished);
     }
 
     check_target_pid(args.target_pid)?;
@@ -103,11 +126,15 @@ pub fn run(
     };
     let outcome = match session::run(&compiled, &settings, &mut ready) {
         Ok(outcome) => outcome,
-        Err(session::SessionError::Load(error)) => {
-            let diag = load::describe(&error, &object, map, args.verbose > 0);
-            return Err(emit(map, &[diag]));
-        }
-        Err(error) => return Err(fail(error)),
+        Err(error) if may_fall_back(args, kernel) => match refused_fentry(&error, &object) {
+            Some(refused)
+                if !already.contains(&(refused.function.clone(), refused.module.clone())) =>
+            {
+                return Ok(Ran::FentryRefused(refused));
+            }
+            _ => return Err(session_error(error, &object, map, args.verbose > 0)),
+        },
+        Err(error) => return Err(session_error(error, &object, map, args.verbose > 0)),
     };
     if verbose {
         // Through the session's stderr rule: a stderr nobody reads must
@@ -121,7 +148,63 @@ pub fn run(
         stap_runtime::stop::stderr_line("Pass 5: run failed.  [man error::pass5]");
         return Err(Failed);
     }
-    Ok(())
+    Ok(Ran::Finished)
+}
+
+/// A session error as rendered diagnostics.
+fn session_error(
+    error: session::SessionError,
+    object: &bpf::Object,
+    map: &SourceMap,
+    verbose: bool,
+) -> Failed {
+    match error {
+        session::SessionError::Load(error) => {
+            let diag = load::describe(&error, object, map, verbose);
+            emit(map, &[diag])
+        }
+        error => fail(error),
+    }
+}
+
+/// Only `auto` chooses the mechanism, and only kprobes can take over.
+fn may_fall_back(args: &Args, kernel: &dyn stap_lang::kernel::KernelFacts) -> bool {
+    args.kernel_probes == crate::cli::KernelProbes::Auto && kernel.mechanisms().kprobes
+}
+
+/// The fentry/fexit program the kernel refused to load or attach, if that
+/// is what stopped the session: its attach target failed (6.1 answers
+/// ENOTSUPP to fexit on `tcp_v4_syn_recv_sock`), not the program's code. A
+/// verifier rejection at an instruction is the code's, and stays an error.
+fn refused_fentry(error: &session::SessionError, object: &bpf::Object) -> Option<RefusedFentry> {
+    use stap_runtime::load::LoadError;
+    let (program, reason) = match error {
+        session::SessionError::Attach(e) => (e.program, e.reason.clone()),
+        session::SessionError::Load(LoadError::Kernel {
+            program,
+            what,
+            error,
+        }) => (*program, format!("{what}: {error}")),
+        session::SessionError::Load(LoadError::Verifier {
+            program,
+            insn: None,
+            reason,
+            ..
+        }) => (*program, reason.clone()),
+        _ => return None,
+    };
+    let program = object.programs.get(program)?;
+    match &program.attach {
+        bpf::AttachKind::Fentry {
+            function, module, ..
+        } => Some(RefusedFentry {
+            function: function.clone(),
+            module: module.clone(),
+            point: program.attach.point_text(),
+            reason,
+        }),
+        _ => None,
+    }
 }
 
 /// Probes into a module compile whether it is loaded or not (its BTF is
@@ -263,4 +346,98 @@ fn check_target_pid(pid: Option<i32>) -> Result<(), Failed> {
         errln!("WARNING: -x {pid}: no such process; target() is {pid} all the same");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stap_runtime::attach::AttachError;
+    use stap_runtime::load::LoadError;
+
+    fn object(attach: bpf::AttachKind) -> bpf::Object {
+        bpf::Object {
+            maps: vec![],
+            programs: vec![bpf::Program {
+                name: "stap_p0".into(),
+                probe: 0,
+                function: ir::FuncId(0),
+                attach,
+                insns: vec![0x95],
+                map_relocs: vec![],
+                lines: vec![],
+                stack_bytes: 0,
+                func_info: vec![],
+                line_info: vec![],
+                plain_subprograms: 0,
+            }],
+            btf: vec![],
+        }
+    }
+
+    fn fexit(function: &str) -> bpf::AttachKind {
+        bpf::AttachKind::Fentry {
+            function: function.into(),
+            is_return: true,
+            module: None,
+        }
+    }
+
+    fn attach_error(reason: &str) -> session::SessionError {
+        session::SessionError::Attach(AttachError {
+            program: 0,
+            probe: String::new(),
+            reason: reason.into(),
+        })
+    }
+
+    /// 6.1's refusal of fexit on tcp_v4_syn_recv_sock: an attach error on
+    /// an fentry/fexit program names the function to move to kprobes.
+    #[test]
+    fn a_refused_fexit_attach_names_its_function() {
+        let object = object(fexit("tcp_v4_syn_recv_sock"));
+        let refused = refused_fentry(&attach_error("Unknown error 524"), &object);
+        assert_eq!(
+            refused,
+            Some(RefusedFentry {
+                function: "tcp_v4_syn_recv_sock".into(),
+                module: None,
+                point: r#"kernel.function("tcp_v4_syn_recv_sock").return"#.into(),
+                reason: "Unknown error 524".into(),
+            })
+        );
+        // Refused at load, before verification (no attach target) too.
+        let load = session::SessionError::Load(LoadError::Kernel {
+            program: 0,
+            what: "BPF_PROG_LOAD".into(),
+            error: std::io::Error::from_raw_os_error(524),
+        });
+        assert!(refused_fentry(&load, &object).is_some());
+    }
+
+    /// What is not the kernel refusing a function's trampoline stays the
+    /// error it is: the verifier rejecting the program's code, a kprobe
+    /// that failed, a map that could not be made.
+    #[test]
+    fn other_failures_do_not_fall_back() {
+        let object_fexit = object(fexit("tcp_sendmsg"));
+        let rejected = session::SessionError::Load(LoadError::Verifier {
+            program: 0,
+            insn: Some(3),
+            reason: "invalid mem access".into(),
+            log: String::new(),
+        });
+        assert_eq!(refused_fentry(&rejected, &object_fexit), None);
+        let map = session::SessionError::Load(LoadError::Map {
+            map: 0,
+            name: "m".into(),
+            error: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        });
+        assert_eq!(refused_fentry(&map, &object_fexit), None);
+        let kprobe = object(bpf::AttachKind::Kprobe {
+            function: "tcp_sendmsg".into(),
+            offset: 0,
+            is_return: false,
+        });
+        assert_eq!(refused_fentry(&attach_error("ENOENT"), &kprobe), None);
+    }
 }

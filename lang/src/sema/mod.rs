@@ -55,6 +55,10 @@ pub struct ElabOptions {
     /// process (its executable): what `process.function(...)` and the
     /// other process probes without a path probe, as in stap.
     pub target_program: Option<String>,
+    /// Functions (name, module) whose fentry/fexit program the kernel
+    /// refused to load or attach in an earlier try of this run: `auto`
+    /// reaches every probe on them by kprobes instead.
+    pub fentry_refused: Vec<(String, Option<String>)>,
 }
 
 /// The mechanism kernel.function probes use (`--kernel-probes`).
@@ -93,6 +97,7 @@ pub fn elaborate_with(
     elab.guru = opts.guru;
     elab.skip_badvars = opts.skip_badvars;
     elab.target_program = opts.target_program.clone();
+    elab.fentry_refused = opts.fentry_refused.clone();
     for file in user {
         elab.add_file(file, false);
     }

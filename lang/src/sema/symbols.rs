@@ -93,6 +93,9 @@ pub(crate) struct Elaborator<'a> {
     pub skip_badvars: bool,
     /// -c/-x's program (see `ElabOptions::target_program`).
     pub target_program: Option<String>,
+    /// Functions the kernel refused fentry/fexit on (see
+    /// `ElabOptions::fentry_refused`).
+    pub fentry_refused: Vec<(String, Option<String>)>,
     /// Wildcard matches left out because the kernel cannot probe them.
     pub skipped_functions: Vec<hir::SkippedFunctions>,
     /// How deep inside `?`/`!` points resolution is: their errors are
@@ -144,6 +147,7 @@ impl<'a> Elaborator<'a> {
             user_files: Default::default(),
             skip_badvars: false,
             target_program: None,
+            fentry_refused: Vec::new(),
             skipped_functions: Vec::new(),
             optional_depth: 0,
             alias_errors: Vec::new(),

@@ -349,10 +349,10 @@ impl<'a> Elaborator<'a> {
         let mut out = Vec::new();
         for (proto, clones) in targets {
             // A clone has no fentry target of its own: kprobes (checked above).
-            let mechanism = if clones.is_empty() {
-                mechanism
-            } else {
+            let mechanism = if !clones.is_empty() || self.takes_kprobe_after_refusal(&proto) {
                 FunctionMechanism::Kprobe
+            } else {
+                mechanism
             };
             let mut context = function_context(&proto, is_return, mechanism, facts);
             if !clones.is_empty() && facts.function(&proto.name).ok().flatten().is_none() {
@@ -438,6 +438,20 @@ impl<'a> Elaborator<'a> {
                 point.context = function_context(proto, *is_return, *mechanism, self.facts);
             }
         }
+    }
+
+    /// In `auto`, a function whose fentry/fexit program the kernel refused
+    /// in an earlier try (6.1 refuses fexit on `tcp_v4_syn_recv_sock` with
+    /// ENOTSUPP) is reached by kprobes, where the kernel has them. Its
+    /// other probes follow (`one_mechanism_per_function`), so stap's
+    /// nesting order holds on it.
+    fn takes_kprobe_after_refusal(&self, proto: &FunctionProto) -> bool {
+        self.kernel_probes == KernelProbes::Auto
+            && self.facts.mechanisms().kprobes
+            && self
+                .fentry_refused
+                .iter()
+                .any(|(name, module)| *name == proto.name && *module == proto.module)
     }
 
     /// A function that exists only as compiler clones has no BTF record
@@ -796,6 +810,66 @@ mod tests {
         assert_eq!(mechanism("udp_sendmsg"), Some(FunctionMechanism::Fentry));
         // A parameter in a kretprobe is read as at the entry.
         assert!(program.probes[0].kind.mechanism().contains("kretprobe"));
+    }
+
+    /// A function whose fentry/fexit the kernel refused in an earlier try
+    /// is reached by kprobes in every probe on it (entry and return, so
+    /// they nest as stap's); other functions keep fentry, and only `auto`
+    /// falls back: an explicit `--kernel-probes fentry` keeps its choice.
+    #[test]
+    fn a_function_whose_fentry_was_refused_takes_kprobes_in_auto() {
+        let script = r#"probe kernel.function("tcp_sendmsg").return { println($size) }
+                        probe kernel.function("tcp_sendmsg") { }
+                        probe kernel.function("udp_sendmsg") { }"#;
+        let refused = |kernel_probes| ElabOptions {
+            kernel_probes,
+            fentry_refused: vec![("tcp_sendmsg".to_string(), None)],
+            ..ElabOptions::default()
+        };
+        let mechanisms = |program: &Program| -> Vec<(String, FunctionMechanism)> {
+            program
+                .probes
+                .iter()
+                .filter_map(|p| match &p.kind {
+                    ProbeKind::KernelFunction {
+                        name, mechanism, ..
+                    } => Some((name.clone(), *mechanism)),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (auto, _) =
+            try_elaborate(script, &FakeKernel::new(), &refused(KernelProbes::Auto)).expect("auto");
+        assert_eq!(
+            mechanisms(&auto),
+            [
+                ("tcp_sendmsg".to_string(), FunctionMechanism::Kprobe),
+                ("tcp_sendmsg".to_string(), FunctionMechanism::Kprobe),
+                ("udp_sendmsg".to_string(), FunctionMechanism::Fentry),
+            ]
+        );
+        // The return probe reads $size as a kretprobe does.
+        assert!(auto.probes[0].kind.mechanism().contains("kretprobe"));
+        let (forced, _) = try_elaborate(script, &FakeKernel::new(), &refused(KernelProbes::Fentry))
+            .expect("fentry");
+        assert!(
+            mechanisms(&forced)
+                .iter()
+                .all(|(_, m)| *m == FunctionMechanism::Fentry)
+        );
+        // Without kprobes there is nothing to fall back to: fentry stays,
+        // and the kernel's refusal is the error.
+        let no_kprobes = FakeKernel::new().with_mechanisms(crate::kernel::Mechanisms {
+            kprobes: false,
+            ..FakeKernel::new().mechanisms()
+        });
+        let (kept, _) =
+            try_elaborate(script, &no_kprobes, &refused(KernelProbes::Auto)).expect("no kprobes");
+        assert!(
+            mechanisms(&kept)
+                .iter()
+                .all(|(_, m)| *m == FunctionMechanism::Fentry)
+        );
     }
 
     /// Statement probes: (resolved point, function, offset) of each.
