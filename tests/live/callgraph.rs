@@ -451,14 +451,15 @@ fn stock_para_callgraph_nests_tcp_calls_under_tcp_sendmsg() {
     let done = Session::start_for(1500, &["-c", &command, script, SENDMSG_TREE, TRIGGER])
         .finish_within(std::time::Duration::from_secs(1500));
     assert_success(&done);
-    // `TIME cgpara(TID): ->NAME PARMS` and `... <-NAME return=...`, the
-    // arrow indented one space per open call of the thread.
+    // `TIME cgpara(TID):->NAME PARMS` and `... <-NAME return=...`, the
+    // arrow indented one space per open call of the thread (none at the
+    // outermost call: stap's thread_indent pads `depth - 1` spaces).
     let calls: Vec<(usize, bool, &str)> = done
         .stdout
         .lines()
         .filter(|l| l.contains(" cgpara("))
         .filter_map(|l| {
-            let (_, rest) = l.split_once("): ")?;
+            let (_, rest) = l.split_once("):")?;
             let depth = rest.len() - rest.trim_start().len();
             let rest = rest.trim_start();
             let (entry, rest) = match rest.get(..2)? {
