@@ -267,6 +267,11 @@ probe kernel.trace("kfree_skb") {
   while (n < 2) { if (n) println(d->mtu); d = @cast($skb, "struct sk_buff")->dev; n++ }
   printf("%d %d %d %d %d\n", dev->mtu, common->skc_family, s2->len, len_of($skb), s->next->len)
   s = s->next
+  # A cycle through two locals: each is typed by the other's `$skb`.
+  x = $skb
+  y = x
+  x = y
+  println(x->len + y->len)
 }
 "#;
     insta::assert_snapshot!(listing(script));

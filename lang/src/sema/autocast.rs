@@ -208,76 +208,10 @@ impl BodyLowerer<'_, '_> {
     /// The type `name` points to, from its typed assignments; `None` (with
     /// the error reported) when they disagree or none gives a type.
     pub(crate) fn pointer_local_target(&mut self, name: &str, span: Span) -> Option<TypeId> {
-        if let Some(done) = self.pointers.resolved.get(name).cloned() {
-            return match done {
-                Resolved::Typed(t) => Some(t),
-                Resolved::Untyped => {
-                    self.error(untyped_error(name, span));
-                    None
-                }
-                Resolved::Conflict => None,
-            };
-        }
-        if !self.pointers.resolving.insert(name.to_string()) {
-            return None;
-        }
-        let sources = self.pointers.sources.get(name).cloned().unwrap_or_default();
-        let mut found: Option<(TypeId, Span)> = None;
-        let mut result = Resolved::Untyped;
-        let mut untyped = Vec::new();
-        for source in &sources {
-            let Some(target) = self.trial_pointee(source) else {
-                untyped.push(source);
-                continue;
-            };
-            let facts = self.elab.facts;
-            match found {
-                None => {
-                    found = Some((target, source.span));
-                    result = Resolved::Typed(target);
-                }
-                Some((first, first_span)) => {
-                    let (a, b) = (facts.type_name(first), facts.type_name(target));
-                    if unqualified(&a) != unqualified(&b) {
-                        self.error(conflict_error(
-                            name,
-                            span,
-                            (&a, first_span),
-                            (&b, source.span),
-                        ));
-                        result = Resolved::Conflict;
-                        break;
-                    }
-                }
-            }
-        }
-        self.pointers.resolving.remove(name);
-        self.pointers
-            .resolved
-            .insert(name.to_string(), result.clone());
-        // `p = p->next` is typed once `p` is: it must agree too.
-        if let (Resolved::Typed(_), Some((first, first_span))) = (&result, found) {
-            for source in untyped {
-                let Some(target) = self.trial_pointee(source) else {
-                    continue;
-                };
-                let facts = self.elab.facts;
-                let (a, b) = (facts.type_name(first), facts.type_name(target));
-                if unqualified(&a) != unqualified(&b) {
-                    self.error(conflict_error(
-                        name,
-                        span,
-                        (&a, first_span),
-                        (&b, source.span),
-                    ));
-                    result = Resolved::Conflict;
-                    self.pointers
-                        .resolved
-                        .insert(name.to_string(), Resolved::Conflict);
-                    break;
-                }
-            }
-        }
+        let result = match self.pointers.resolved.get(name).cloned() {
+            Some(done) => done,
+            None => self.resolve_pointer_local(name, span)?,
+        };
         match result {
             Resolved::Typed(t) => Some(t),
             Resolved::Untyped => {
@@ -286,6 +220,76 @@ impl BodyLowerer<'_, '_> {
             }
             Resolved::Conflict => None,
         }
+    }
+
+    /// Types `name` from its assignments (`None` while it is already being
+    /// typed: `p = p->next` says nothing about `p`). The answer is kept
+    /// only at the outermost resolution: an inner one may have missed a
+    /// type through that cycle (`p = $skb; q = p; p = q`).
+    fn resolve_pointer_local(&mut self, name: &str, span: Span) -> Option<Resolved> {
+        if !self.pointers.resolving.insert(name.to_string()) {
+            return None;
+        }
+        let sources = self.pointers.sources.get(name).cloned().unwrap_or_default();
+        let mut first: Option<(TypeId, Span)> = None;
+        let mut untyped = Vec::new();
+        let mut result = Resolved::Untyped;
+        for source in &sources {
+            match (self.trial_pointee(source), first) {
+                (None, _) => untyped.push(source),
+                (Some(target), None) => {
+                    first = Some((target, source.span));
+                    result = Resolved::Typed(target);
+                }
+                (Some(target), Some(first)) => {
+                    if !self.agrees(name, span, first, (target, source.span)) {
+                        result = Resolved::Conflict;
+                        break;
+                    }
+                }
+            }
+        }
+        self.pointers.resolving.remove(name);
+        // Once `p` is typed, `p = p->next` is too, and must agree.
+        if let (Resolved::Typed(_), Some(first)) = (&result, first) {
+            self.pointers
+                .resolved
+                .insert(name.to_string(), result.clone());
+            for source in untyped {
+                if let Some(target) = self.trial_pointee(source)
+                    && !self.agrees(name, span, first, (target, source.span))
+                {
+                    result = Resolved::Conflict;
+                    break;
+                }
+            }
+        }
+        if self.pointers.resolving.is_empty() {
+            self.pointers
+                .resolved
+                .insert(name.to_string(), result.clone());
+        } else {
+            self.pointers.resolved.remove(name);
+        }
+        Some(result)
+    }
+
+    /// Whether two typed assignments of `name` point to one type; if not,
+    /// the error naming both, at the use.
+    fn agrees(
+        &mut self,
+        name: &str,
+        span: Span,
+        first: (TypeId, Span),
+        other: (TypeId, Span),
+    ) -> bool {
+        let facts = self.elab.facts;
+        let (a, b) = (facts.type_name(first.0), facts.type_name(other.0));
+        if unqualified(&a) == unqualified(&b) {
+            return true;
+        }
+        self.error(conflict_error(name, span, (&a, first.1), (&b, other.1)));
+        false
     }
 
     /// What `value` points to, found by lowering it and then forgetting
