@@ -5,7 +5,9 @@
 //! `dummy` (no dependencies, in Debian's kernels, not loaded by default):
 //! adding a dummy link runs its dummy_dev_init. It needs the module's file
 //! and kprobes or fentry, so in practice the guests run it (tests/vm mounts
-//! the guest kernel's own /lib/modules); elsewhere it skips.
+//! the guest kernel's own /lib/modules); elsewhere it skips. The loaded
+//! module is probed both ways: `module("dummy").function(...)` and
+//! `kprobe.module("dummy").function(...)` (entry and return).
 
 use super::{Session, assert_success, serial};
 use std::path::{Path, PathBuf};
@@ -107,11 +109,40 @@ fn a_module_probe_compiles_unloaded_fails_to_run_unloaded_and_fires_once_loaded(
         .expect("running ip");
     let done = session.finish();
     let _ = Command::new("ip").args(["link", "del", LINK]).status();
+    // The same function through kprobe.module: a kprobe and a kretprobe,
+    // with its parameter at the entry and its return value (0) at the end.
+    let mut session = Session::start_for(60, &["-e", KPROBE_SCRIPT]);
+    session.wait_ready();
+    let added_again = Command::new("ip")
+        .args(["link", "add", LINK, "type", "dummy"])
+        .status()
+        .expect("running ip");
+    let kprobed = session.finish();
+    let _ = Command::new("ip").args(["link", "del", LINK]).status();
     let _ = Command::new("rmmod").arg(MODULE).status();
     assert!(added.success(), "ip link add {LINK} type dummy failed");
     assert_success(&done);
     assert_eq!(done.stdout, format!("init {LINK}\n"));
+    assert!(
+        added_again.success(),
+        "ip link add {LINK} type dummy failed"
+    );
+    assert_success(&kprobed);
+    assert_eq!(
+        kprobed.stdout,
+        format!("kprobe init {LINK}\nkprobe return 0 from dummy_dev_init\n")
+    );
 }
+
+/// `kprobe.module("M").function("F")[.return]`: DWARF-less, by kprobes
+/// whatever `--kernel-probes` says; the parameters come from the module's
+/// BTF.
+const KPROBE_SCRIPT: &str = r#"probe kprobe.module("dummy").function("dummy_dev_init") {
+  printf("kprobe init %s\n", kernel_string($dev->name))
+}
+probe kprobe.module("dummy").function("dummy_dev_init").return {
+  printf("kprobe return %d from %s\n", $return, ppfunc()); exit()
+}"#;
 
 /// The nfsd module's file, if the running kernel has one.
 fn nfsd_file() -> Option<PathBuf> {
