@@ -56,6 +56,10 @@ make_initramfs() {
   cp "$VM_HERE/guest/run-tests" "$root/vmtest/run-tests"
   # Debian kernels have no /proc/config.gz; the package's config is here.
   cp "$(kernel_dir "$abi")/boot/config-$abi" "$root/boot/"
+  # The kernel's DWARF (its share is mounted at /vmtest/dbg) at stap's
+  # /boot/vmlinux-<abi>, linked rather than mounted over /boot, which
+  # would hide the config above (then no kprobe_multi is seen).
+  [ -d "$VM_CACHE/dbg-$abi" ] && ln -s "/vmtest/dbg/vmlinux-$abi" "$root/boot/vmlinux-$abi"
 
   MODULE_SEEN=()
   MODULE_ORDER=()
@@ -160,9 +164,9 @@ boot_guest() {
   # module that is not loaded) look for them.
   add_share "$(kernel_dir "$abi")/lib/modules/$abi" "/lib/modules/$abi" ro
   for dir in "${SAME_PATH_SHARES[@]}"; do add_share "$dir" "$dir" ro; done
-  # The kernel's DWARF where `provision --dbg` fetched it, at stap's
-  # /boot/vmlinux-<abi> (the guest's / is its initramfs).
-  [ -d "$VM_CACHE/dbg-$abi" ] && add_share "$VM_CACHE/dbg-$abi" /boot ro
+  # The kernel's DWARF where `provision --dbg` fetched it; make_initramfs
+  # links /boot/vmlinux-<abi> to it (the guest's / is its initramfs).
+  [ -d "$VM_CACHE/dbg-$abi" ] && add_share "$VM_CACHE/dbg-$abi" /vmtest/dbg ro
   add_share "$out" /vmtest/out rw
   # Tests write into CARGO_TARGET_TMPDIR (target/tmp): give it a tmpfs.
   mkdir -p "$TARGET_DIR/tmp"
