@@ -2,7 +2,8 @@
 //! slot, a global, a function or a builtin. Types are left `Unknown` here
 //! (except where written) and filled in by `infer`.
 
-use super::autocast::PointerLocals;
+mod autocast;
+
 use super::builtins;
 use super::hir::{
     self, Expr, ExprKind, FunctionId, GlobalId, Local, LocalId, Stmt, StmtKind, Type,
@@ -13,6 +14,7 @@ use super::symbols::Elaborator;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::source::Span;
+use autocast::PointerLocals;
 use std::collections::HashMap;
 
 /// Lowers one body (a function's, or a probe's with its alias parts).

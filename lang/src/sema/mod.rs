@@ -5,13 +5,12 @@
 //! - [`symbols`]: collect definitions; pull in tapset files on first use.
 //! - [`points`]: resolve probe points (families, wildcards, aliases, `?`/`!`).
 //! - [`lower`] and [`context`]: resolve names and context variables into HIR;
-//!   [`autocast`] types the locals that hold kernel pointers.
+//!   its child `lower::autocast` types the locals that hold kernel pointers.
 //! - [`elide`]: alias code's assignments that nothing reads are dropped.
 //! - [`infer`]: type inference to a fixpoint.
 //! - [`placement`]: kernel (BPF) or host (JIT) for every probe and function.
 //! - [`print`]: the `-p2` listing.
 
-mod autocast;
 pub mod builtins;
 pub mod concurrency;
 mod context;

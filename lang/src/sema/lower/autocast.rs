@@ -13,11 +13,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::hir::{AccessBase, AccessValue, Expr, ExprKind};
-use super::lower::BodyLowerer;
+use super::BodyLowerer;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::{TypeId, TypeKind};
+use crate::sema::hir::{AccessBase, AccessValue, Expr, ExprKind};
 use crate::source::Span;
 
 /// The typed assignments of one body's locals, and what they resolved to.
