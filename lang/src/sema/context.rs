@@ -647,38 +647,20 @@ impl BodyLowerer<'_, '_> {
                     self.error(d);
                     return None;
                 };
-                let target_name = facts.type_name(target);
-                let base = AccessBase::Cast {
-                    ptr: Box::new(ptr),
-                    target,
-                    target_name,
-                };
-                Some((base, Cursor::PointerTo(target)))
+                Some(self.pointer_to(ptr, target))
             }
             // `@entry($p)->f`: the pointer saved at entry, typed as `$p`,
             // followed when the return probe runs (stap's autocast).
             ast::ExprKind::Entry(inner) if self.entry_pointee(inner).is_some() => {
                 let target = self.entry_pointee(inner)?;
                 let ptr = self.expr(base);
-                let target_name = self.elab.facts.type_name(target);
-                let base = AccessBase::Cast {
-                    ptr: Box::new(ptr),
-                    target,
-                    target_name,
-                };
-                Some((base, Cursor::PointerTo(target)))
+                Some(self.pointer_to(ptr, target))
             }
             // `p->f` of a local assigned typed pointers: `@cast(p, "T")->f`.
             ast::ExprKind::Var(name) if self.is_pointer_local(name, base.span) => {
                 let target = self.pointer_local_target(name, base.span)?;
                 let ptr = self.expr(base);
-                let target_name = self.elab.facts.type_name(target);
-                let base = AccessBase::Cast {
-                    ptr: Box::new(ptr),
-                    target,
-                    target_name,
-                };
-                Some((base, Cursor::PointerTo(target)))
+                Some(self.pointer_to(ptr, target))
             }
             ast::ExprKind::Error => None,
             _ => {
@@ -690,6 +672,18 @@ impl BodyLowerer<'_, '_> {
                 None
             }
         }
+    }
+
+    /// `ptr` read as a pointer to `target`, as `@cast(ptr, "T")` reads it:
+    /// the one base that `@cast`, `@entry($p)->f` and typed-pointer locals
+    /// share.
+    fn pointer_to(&self, ptr: Expr, target: TypeId) -> (AccessBase, Cursor) {
+        let base = AccessBase::Cast {
+            ptr: Box::new(ptr),
+            target,
+            target_name: self.elab.facts.type_name(target),
+        };
+        (base, Cursor::PointerTo(target))
     }
 
     /// What `$name` points to, for `@entry($name)->f`.
