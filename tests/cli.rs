@@ -434,16 +434,11 @@ fn stap_examples_parse() {
 /// Runs stap-rs with `script` as a file (too big for argv) and a deadline;
 /// a run past it is killed and fails the test.
 fn stap_file(script: &str, args: &[&str], within: std::time::Duration) -> Output {
-    use std::io::Write;
-    let dir = std::env::temp_dir().join(format!("stap-rs-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{:x}.stp", fxhash(script)));
-    std::fs::File::create(&path)
-        .and_then(|mut f| f.write_all(script.as_bytes()))
-        .unwrap();
+    // Removed when it drops, even when the run panics.
+    let file = script_file(script);
     let child = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
         .args(args)
-        .arg(&path)
+        .arg(file.path())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -456,7 +451,7 @@ fn stap_file(script: &str, args: &[&str], within: std::time::Duration) -> Output
     std::thread::spawn(move || {
         let _ = send.send(child.wait_with_output());
     });
-    let out = match done.recv_timeout(within) {
+    match done.recv_timeout(within) {
         Ok(out) => out.expect("waiting for stap-rs"),
         Err(_) => {
             let _ = Command::new("kill")
@@ -464,15 +459,19 @@ fn stap_file(script: &str, args: &[&str], within: std::time::Duration) -> Output
                 .status();
             panic!("stap-rs {args:?} took longer than {within:?}");
         }
-    };
-    let _ = std::fs::remove_file(&path);
-    out
+    }
 }
 
-fn fxhash(text: &str) -> u64 {
-    text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    })
+/// `script` in a fresh `.stp` file, removed when the guard drops.
+fn script_file(script: &str) -> tempfile::NamedTempFile {
+    use std::io::Write;
+    let mut file = tempfile::Builder::new()
+        .prefix("stap-rs-cli-")
+        .suffix(".stp")
+        .tempfile()
+        .unwrap();
+    file.write_all(script.as_bytes()).unwrap();
+    file
 }
 
 const MINUTE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -915,10 +914,8 @@ fn a_megabyte_literal_is_cut_at_maxstringlen_on_the_host() {
         "a".repeat(1 << 20)
     );
     // A file: one argument may not exceed 128 KiB.
-    let path = std::env::temp_dir().join(format!("stap-rs-literal-{}.stp", std::process::id()));
-    std::fs::write(&path, script).unwrap();
-    let out = stap(&[path.to_str().unwrap()]);
-    let _ = std::fs::remove_file(&path);
+    let file = script_file(&script);
+    let out = stap(&[file.path().to_str().unwrap()]);
     assert_ok(&out);
     assert_eq!(stdout(&out), "511\n");
 }

@@ -125,11 +125,11 @@ mod tests {
 
     /// A `-g` binary split as distributions do: its DWARF moved to
     /// `debug`, the binary stripped, with a build id and a debuglink.
-    fn split(test: &str) -> (PathBuf, PathBuf) {
-        let binary =
+    fn split(test: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let (dir, binary) =
             crate::dwarf::tests::compile(&format!("split-{test}"), &["-g", "-Wl,--build-id"]);
         let debug = split_binary(&binary);
-        (binary, debug)
+        (dir, binary, debug)
     }
 
     fn split_binary(binary: &Path) -> PathBuf {
@@ -150,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_stripped_binary_has_the_prototypes_and_lines_of_its_debug_file() {
-        let binary = crate::dwarf::tests::compile("split-read", &["-g", "-Wl,--build-id"]);
+        let (_dir, binary) = crate::dwarf::tests::compile("split-read", &["-g", "-Wl,--build-id"]);
         // Line 20 of the test program is main's `return f(argc, argv[0]);`.
         let spec = "main@target.c:20";
         let before = crate::lines::statement_offset(&binary, spec).expect("the line, unsplit");
@@ -174,7 +174,7 @@ mod tests {
 
     #[test]
     fn debuglink_next_to_the_binary_and_in_dot_debug() {
-        let (binary, debug) = split("beside");
+        let (_dir, binary, debug) = split("beside");
         let nowhere = Path::new("/nonexistent-debug-root");
         assert_eq!(find_for(&binary, nowhere), Some(debug.clone()));
 
@@ -193,7 +193,7 @@ mod tests {
 
     #[test]
     fn debug_file_by_build_id_under_the_root() {
-        let (binary, debug) = split("buildid");
+        let (_dir, binary, debug) = split("buildid");
         let root = binary.with_file_name("root");
         let data = std::fs::read(&binary).expect("reading the binary");
         let elf = object::File::parse(&*data).expect("an ELF binary");

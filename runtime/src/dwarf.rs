@@ -623,13 +623,16 @@ int main(int argc, char **argv) {
 "#;
 
     /// Compiles SOURCE with `cc -O1` plus `extra` flags into a fresh
-    /// directory (tests/setup.sh installs cc).
-    pub(crate) fn compile(test: &str, extra: &[&str]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("stap-rs-dwarf-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating a temp dir");
-        let source = dir.join("target.c");
+    /// directory (tests/setup.sh installs cc), removed when the returned
+    /// guard drops.
+    pub(crate) fn compile(test: &str, extra: &[&str]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("stap-rs-dwarf-{test}-"))
+            .tempdir()
+            .expect("creating a temp dir");
+        let source = dir.path().join("target.c");
         std::fs::write(&source, SOURCE).expect("writing the test program");
-        let binary = dir.join("target");
+        let binary = dir.path().join("target");
         let status = Command::new("cc")
             .arg("-O1")
             .args(extra)
@@ -639,7 +642,7 @@ int main(int argc, char **argv) {
             .status()
             .expect("running cc (tests/setup.sh installs it)");
         assert!(status.success(), "cc failed");
-        binary
+        (dir, binary)
     }
 
     fn spelled(function: &UserFunction) -> Vec<(String, String)> {
@@ -652,7 +655,7 @@ int main(int argc, char **argv) {
 
     #[test]
     fn dwarf_parameters_and_return_types_of_a_c_program() {
-        let binary = compile("types", &["-g"]);
+        let (_dir, binary) = compile("types", &["-g"]);
         let functions = DwarfFunctions::read(&binary).expect("reading DWARF");
         let f = functions.function("f").expect("f is defined");
         assert_eq!(
@@ -719,7 +722,7 @@ int main(int argc, char **argv) {
 
     #[test]
     fn dwarf_absent_is_an_error_that_says_so() {
-        let binary = compile("nodebug", &[]);
+        let (_dir, binary) = compile("nodebug", &[]);
         let error = DwarfFunctions::read(&binary).expect_err("no -g, no DWARF");
         assert_eq!(
             error,
@@ -734,9 +737,8 @@ int main(int argc, char **argv) {
     fn dwarf_of_a_non_elf_or_missing_file_is_an_error() {
         let error = DwarfFunctions::read(Path::new("/nonexistent/stap-rs-binary")).unwrap_err();
         assert!(matches!(error, DwarfError::Read { .. }), "{error:?}");
-        let dir = std::env::temp_dir().join(format!("stap-rs-dwarf-text-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("creating a temp dir");
-        let text = dir.join("not-elf");
+        let dir = tempfile::tempdir().expect("creating a temp dir");
+        let text = dir.path().join("not-elf");
         std::fs::write(&text, "#!/bin/sh\necho hi\n").expect("writing a script");
         let error = DwarfFunctions::read(&text).unwrap_err();
         assert!(matches!(error, DwarfError::NotElf { .. }), "{error:?}");
@@ -744,7 +746,7 @@ int main(int argc, char **argv) {
 
     #[test]
     fn dwarf_cache_reads_each_binary_once() {
-        let binary = compile("cache", &["-g"]);
+        let (_dir, binary) = compile("cache", &["-g"]);
         let cache = DwarfCache::default();
         let first = cache.functions(&binary).expect("reading DWARF");
         let second = cache.functions(&binary).expect("cached");

@@ -652,7 +652,7 @@ mod tests {
     /// same for any ELF with DWARF 4 or 5.
     #[test]
     fn functions_and_lines_of_an_elf_with_dwarf() {
-        let binary = crate::dwarf::tests::compile("kdwarf", &["-g", "-O0"]);
+        let (_dir, binary) = crate::dwarf::tests::compile("kdwarf", &["-g", "-O0"]);
         let dwarf = KernelDwarf::open(&binary, None).unwrap();
         let functions = dwarf.source_functions("*", "*.c").unwrap();
         let names: Vec<&str> = functions.iter().map(|f| f.name.as_str()).collect();

@@ -314,10 +314,12 @@ mod tests {
         status.success().then_some(out)
     }
 
-    fn temp_dir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("stap-uprobe-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    /// A fresh directory, removed when the guard drops.
+    fn temp_dir(tag: &str) -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix(&format!("stap-uprobe-{tag}-"))
+            .tempdir()
+            .unwrap()
     }
 
     /// `nm`'s address of the symbol, mapped by hand through `readelf -l`'s
@@ -338,8 +340,9 @@ mod tests {
 
     #[test]
     fn finds_a_function_in_a_pie_binary() {
-        let dir = temp_dir("pie");
-        let Some(binary) = compile(&dir, &[]) else {
+        let temp = temp_dir("pie");
+        let dir = temp.path();
+        let Some(binary) = compile(dir, &[]) else {
             eprintln!("no C compiler: skipped");
             return;
         };
@@ -356,8 +359,9 @@ mod tests {
 
     #[test]
     fn finds_a_function_in_a_stripped_binary_through_dynsym() {
-        let dir = temp_dir("stripped");
-        let Some(binary) = compile(&dir, &["-rdynamic", "-s"]) else {
+        let temp = temp_dir("stripped");
+        let dir = temp.path();
+        let Some(binary) = compile(dir, &["-rdynamic", "-s"]) else {
             eprintln!("no C compiler: skipped");
             return;
         };
@@ -367,8 +371,9 @@ mod tests {
 
     #[test]
     fn missing_functions_and_files_are_errors() {
-        let dir = temp_dir("missing");
-        if let Some(binary) = compile(&dir, &[]) {
+        let temp = temp_dir("missing");
+        let dir = temp.path();
+        if let Some(binary) = compile(dir, &[]) {
             assert!(matches!(
                 function_offset(&binary, "no_such_function"),
                 Err(UprobeError::NoSymbol { .. })
@@ -390,7 +395,8 @@ mod tests {
     /// without IBT stubs (`.plt.sec`), mapped to file offsets by hand.
     #[test]
     fn plt_entries_match_objdump() {
-        let dir = temp_dir("plt");
+        let temp = temp_dir("plt");
+        let dir = temp.path();
         let source = dir.join("p.c");
         std::fs::write(
             &source,
@@ -433,6 +439,5 @@ mod tests {
             assert!(found.iter().any(|(n, _)| n == "getpid"), "{tag}: {found:?}");
             assert_eq!(found, expected, "{tag}");
         }
-        std::fs::remove_dir_all(&dir).ok();
     }
 }

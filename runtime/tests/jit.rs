@@ -1131,9 +1131,11 @@ fn fake_kcore(path: &std::path::Path, vaddr: u64, data: &[u8]) {
 
 #[test]
 fn memory_directives_read_kernel_memory_on_the_host() {
-    let dir = std::env::temp_dir().join(format!("stap-rs-jit-kcore-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kcore = dir.join("kcore");
+    let dir = tempfile::Builder::new()
+        .prefix("stap-rs-jit-kcore-")
+        .tempdir()
+        .unwrap();
+    let kcore = dir.path().join("kcore");
     fake_kcore(&kcore, 0xffff_ffff_8200_0000, b"Linux version 6.18\0");
     let run_with_kcore = |script: &str| {
         let facts = stap_lang::testing::FakeKernel::new();

@@ -188,17 +188,20 @@ fn perf_cpu_clock_samples() {
     assert!(count > 0, "count {count}");
 }
 
-fn compile_target() -> Option<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("stap-load-attach-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).ok()?;
-    let source = dir.join("target.c");
+/// The test program, built in a directory removed when the guard drops.
+fn compile_target() -> Option<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::Builder::new()
+        .prefix("stap-load-attach-")
+        .tempdir()
+        .ok()?;
+    let source = dir.path().join("target.c");
     std::fs::write(
         &source,
         "__attribute__((noinline)) int stap_target(int x) { return x + 1; }\n\
          int main(void) { int s = 0; for (int i = 0; i < 3; i++) s += stap_target(i); return s == 6 ? 0 : 1; }\n",
     )
     .ok()?;
-    let binary = dir.join("target");
+    let binary = dir.path().join("target");
     let ok = Command::new("cc")
         .args(["-O1", "-o"])
         .arg(&binary)
@@ -206,7 +209,7 @@ fn compile_target() -> Option<PathBuf> {
         .status()
         .ok()?
         .success();
-    ok.then_some(binary)
+    ok.then_some((dir, binary))
 }
 
 fn run(binary: &Path) {
@@ -219,7 +222,7 @@ fn uprobe_counts_calls_in_a_test_binary() {
     if !is_root() {
         return;
     }
-    let Some(binary) = compile_target() else {
+    let Some((_dir, binary)) = compile_target() else {
         eprintln!("no C compiler: skipped");
         return;
     };

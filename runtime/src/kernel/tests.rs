@@ -358,7 +358,7 @@ fn classic_field_types() {
 
 #[test]
 fn user_function_types_from_dwarf() {
-    let binary = crate::dwarf::tests::compile("kernel", &["-g"]);
+    let (_dir, binary) = crate::dwarf::tests::compile("kernel", &["-g"]);
     let path = binary.to_str().expect("utf-8 temp path");
     let kernel = BtfKernel::without_btf();
     let f = kernel
@@ -438,7 +438,7 @@ fn user_function_types_from_dwarf() {
 
     let missing = kernel.user_function(path, "nope").unwrap_err();
     assert!(missing.0.contains("no function `nope`"), "{missing}");
-    let stripped = crate::dwarf::tests::compile("kernel-nodebug", &[]);
+    let (_stripped_dir, stripped) = crate::dwarf::tests::compile("kernel-nodebug", &[]);
     let stripped = stripped.to_str().expect("utf-8 temp path");
     assert_eq!(kernel.user_function(stripped, "f"), Ok(None));
 }
