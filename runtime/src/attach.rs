@@ -16,6 +16,8 @@ use crate::sys::{self, PerfEvent};
 use crate::tracefs::Tracefs;
 use crate::uprobe;
 
+mod handoff;
+
 const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
 
 /// Attached programs. Dropping it detaches everything (closing the link
@@ -181,26 +183,51 @@ impl Attached {
     }
 }
 
+impl Attached {
+    /// Detaches everything without waiting for the kernel: the last closes
+    /// are left to helper processes ([`handoff`]), for a run whose handlers
+    /// are off and whose output is out. Closes here if no helper starts.
+    pub fn detach_in_background(mut self) {
+        let fds = self.take_fds();
+        if let Err(fds) = handoff::close_later(fds) {
+            close_in_parallel(fds);
+        }
+    }
+
+    /// The fds whose closing detaches a program: links, perf events and
+    /// kprobes' perf-event links.
+    fn take_fds(&mut self) -> Vec<OwnedFd> {
+        self.attachments
+            .drain(..)
+            .flat_map(|a| a.fds.into_iter().chain(a.kprobe_link))
+            .collect()
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let fds = self.take_fds();
+        close_in_parallel(fds);
+    }
+}
+
 /// Closing waits for an RCU grace period per classic tracepoint perf event
 /// (50-85 ms each here); closing from several threads lets those waits
 /// overlap instead of adding up.
-impl Drop for Attached {
-    fn drop(&mut self) {
-        let mut fds: Vec<OwnedFd> = self.attachments.drain(..).flat_map(|a| a.fds).collect();
-        if fds.len() <= 1 {
-            return;
-        }
-        let threads = fds.len().min(MAX_CLOSE_THREADS);
-        let per_thread = fds.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            while !fds.is_empty() {
-                let chunk: Vec<OwnedFd> = fds.drain(..per_thread.min(fds.len())).collect();
-                // If no thread can be spawned the chunk is closed right here.
-                let spawned = std::thread::Builder::new().spawn_scoped(scope, move || drop(chunk));
-                drop(spawned);
-            }
-        });
+fn close_in_parallel(mut fds: Vec<OwnedFd>) {
+    if fds.len() <= 1 {
+        return;
     }
+    let threads = fds.len().min(MAX_CLOSE_THREADS);
+    let per_thread = fds.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        while !fds.is_empty() {
+            let chunk: Vec<OwnedFd> = fds.drain(..per_thread.min(fds.len())).collect();
+            // If no thread can be spawned the chunk is closed right here.
+            let spawned = std::thread::Builder::new().spawn_scoped(scope, move || drop(chunk));
+            drop(spawned);
+        }
+    });
 }
 
 const MAX_CLOSE_THREADS: usize = 16;

@@ -290,7 +290,9 @@ pub fn run_with_hooks(
     let counters = find_map(object, &loaded, |r| matches!(r, MapRole::Counters));
     let skipped = attached.skipped() + read_counter(counters, bpf_maps::COUNTER_SKIPPED);
     let lost = read_counter(counters, bpf_maps::COUNTER_LOST_EVENTS) + session.partial_lost;
-    drop(attached);
+    // The handlers are off and the output flushed: the kernel's part of
+    // detaching need not delay the exit.
+    attached.detach_in_background();
     let summary = Summary {
         errors: session.errors,
         skipped,

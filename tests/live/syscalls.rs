@@ -414,16 +414,6 @@ fn wildcard_counts_per_call_agree_with_single_call_probes_and_nothing_stays_atta
         !progs.is_empty() && !links.is_empty(),
         "no BPF objects held"
     );
-    for id in &progs {
-        assert!(
-            !super::bpf_object_exists("prog", *id),
-            "program {id} still loaded"
-        );
-    }
-    for id in &links {
-        assert!(
-            !super::bpf_object_exists("link", *id),
-            "link {id} still attached"
-        );
-    }
+    let leftovers = super::still_loaded_after_a_while(&progs, &links);
+    assert!(leftovers.is_empty(), "still loaded: {leftovers:?}");
 }
