@@ -278,6 +278,31 @@ probe kernel.trace("kfree_skb") {
 }
 
 #[test]
+fn pointers_through_functions_and_globals_are_autocast() {
+    // A built-in's BTF-typed return (`task_current()`), a function's
+    // return typed by its `return`s, a parameter typed by what its calls
+    // pass (and by its own `t = t->real_parent`), and a global typed by
+    // assignments in another probe; the host reads `last` too.
+    let script = r#"
+global last
+function parent_of(t) { return t->real_parent }
+function depth(t) {
+  n = 0
+  while (t->pid > 1) { t = t->real_parent; n++ }
+  return n
+}
+probe kernel.trace("sched_switch") {
+  printf("%d %d %d\n", task_current()->tgid, parent_of($next)->pid, depth(task_current()))
+  p = parent_of(task_current())
+  println(p->comm)
+}
+probe kernel.trace("sched_process_exec") { last = $p }
+probe end { println(last->tgid) }
+"#;
+    insta::assert_snapshot!(listing(script));
+}
+
+#[test]
 fn placement_of_probes_functions_and_globals() {
     let script = r#"
 global events, started

@@ -103,6 +103,23 @@ fn pointer_local_reassigned_to_another_type() {
 }
 
 #[test]
+fn pointer_parameter_and_global_of_two_types() {
+    // Each error names both stores: the calls' arguments, the assignments.
+    insta::assert_snapshot!(errors(
+        "global g\nfunction len(t) { return t->len }\nprobe kernel.trace(\"sched_switch\") {\n  g = $next\n  println(len($next))\n}\nprobe kernel.trace(\"kfree_skb\") {\n  g = $skb\n  println(len($skb) + g->pid)\n}"
+    ));
+}
+
+#[test]
+fn untyped_returns_parameters_and_globals() {
+    // A function that returns no typed pointer, a built-in that returns a
+    // plain number, a parameter only ever given numbers, a global likewise.
+    insta::assert_snapshot!(errors(
+        "global g\nfunction five() { return 5 }\nfunction pid_of(t) { return t->pid }\nprobe kernel.trace(\"sched_switch\") {\n  g = 5\n  println(five()->pid + execname()->pid + pid_of(3) + g->pid)\n}"
+    ));
+}
+
+#[test]
 fn pointer_local_without_type() {
     insta::assert_snapshot!(errors(
         "probe kernel.trace(\"kfree_skb\") {\n  p = $location\n  q = p\n  println(q->len)\n}"

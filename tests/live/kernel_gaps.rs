@@ -294,3 +294,72 @@ fn typed_pointer_locals_read_like_the_direct_chain() {
     assert_eq!(line("se"), [1], "{}", done.stdout);
     assert_eq!(line("host"), [me, me], "{}", done.stdout);
 }
+
+/// Autocast through function returns, parameters and globals: the
+/// built-in `task_current()` and the stdlib's `task_parent()` followed by
+/// `->`, a script function whose parameter is typed by its calls, a global
+/// typed by its assignment (the parent's read again in a host probe, while
+/// this test's thread that started the trigger still lives); each beside
+/// the number the plain built-ins give.
+#[test]
+fn typed_pointers_through_functions_and_globals() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global me, parent
+           function tgid_of(t) {{ return t->tgid }}
+           function name_of(t) {{ return kernel_string(t->comm) }}
+           function up(t) {{ return t->real_parent }}
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET} && execname() == "stapKGAuto") {{
+               me = task_current()
+               parent = up(me)
+               printf("self %d %d %d %d\n", task_current()->tgid, tgid_of(task_current()),
+                      me->tgid, pid())
+               printf("parent %d %d %d\n", task_parent(task_current())->tgid,
+                      up(me)->tgid, ppid())
+               printf("name %s %s\n", name_of(me), execname())
+               printf("by pid %d\n", pid2task(pid())->tgid)
+               exit()
+             }}
+           }}
+           probe end {{ printf("host %d\n", parent->tgid) }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    trigger_until_done(
+        &mut session,
+        &trigger,
+        &["stapKGAuto", "udp", "127.0.0.1", &port],
+    );
+    let done = session.finish();
+    assert_success(&done);
+    let line = |name: &str| -> Vec<String> {
+        let found = done
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line in:\n{}", done.stdout));
+        found.split(' ').map(str::to_string).collect()
+    };
+    let numbers =
+        |name: &str| -> Vec<i64> { line(name).iter().map(|n| n.parse().unwrap()).collect() };
+    let this = numbers("self");
+    assert!(
+        this[0] > 0 && this.iter().all(|n| *n == this[0]),
+        "{}",
+        done.stdout
+    );
+    // The trigger's parent is a thread of this test's process.
+    let me = i64::from(std::process::id());
+    assert_eq!(numbers("parent"), [me, me, me], "{}", done.stdout);
+    assert_eq!(
+        line("name"),
+        ["stapKGAuto", "stapKGAuto"],
+        "{}",
+        done.stdout
+    );
+    assert_eq!(numbers("by pid"), [this[0]], "{}", done.stdout);
+    assert_eq!(numbers("host"), [me], "{}", done.stdout);
+}

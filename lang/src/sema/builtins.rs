@@ -47,6 +47,9 @@ pub struct Builtin {
     pub doc: &'static str,
     /// A lowering target, not callable by name from a script.
     pub internal: bool,
+    /// The kernel type the returned address points to, for autocast
+    /// (`task_current()->pid`): stap types these returns through DWARF.
+    pub pointee: Option<&'static str>,
 }
 
 impl Builtin {
@@ -118,6 +121,7 @@ const fn both(
         kernel: true,
         doc,
         internal: false,
+        pointee: None,
     }
 }
 
@@ -156,6 +160,14 @@ const fn internal(b: Builtin) -> Builtin {
 /// `b` with its last `n` parameters optional.
 const fn optional(n: usize, b: Builtin) -> Builtin {
     Builtin { optional: n, ..b }
+}
+
+/// `b` returning the address of a kernel object of type `ty`.
+const fn points_to(ty: &'static str, b: Builtin) -> Builtin {
+    Builtin {
+        pointee: Some(ty),
+        ..b
+    }
 }
 
 /// `b` taking any number of extra arguments of type `ty`.
@@ -203,9 +215,9 @@ const BUILTINS: &[Builtin] = &[
     both("pn", &[], STRING, "The probe point as the script wrote it, wildcards included"),
     both("caller_addr", &[], LONG, "Address in the caller of the probed function (0 in host probes)"),
     both("user_mode", &[], LONG, "1 if the probe fired in user mode, else 0"),
-    kernel_only("task_current", &[], LONG, "Address of the current task_struct"),
+    points_to("struct task_struct", kernel_only("task_current", &[], LONG, "Address of the current task_struct")),
     both("pid2execname", &[L], STRING, "Name of the task with this pid (\"\" if none)"),
-    kernel_only("pid2task", &[L], LONG, "Address of the task_struct with this pid (0 if none)"),
+    points_to("struct task_struct", kernel_only("pid2task", &[L], LONG, "Address of the task_struct with this pid (0 if none)")),
     kernel_only("addr", &[], LONG, "Address of the probed function in kernel.function and process probes (0 in other kernel probes)"),
     // Time.
     both("gettimeofday_s", &[], LONG, "Seconds since the epoch"),

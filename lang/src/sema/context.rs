@@ -662,6 +662,21 @@ impl BodyLowerer<'_, '_> {
                 let ptr = self.expr(base);
                 Some(self.pointer_to(ptr, target))
             }
+            // `g->f` of a global assigned typed pointers.
+            ast::ExprKind::Var(name)
+                if !self.is_local(name) && self.elab.lookup_global(name, base.span).is_some() =>
+            {
+                let target = self.global_target(name, base.span)?;
+                let ptr = self.expr(base);
+                Some(self.pointer_to(ptr, target))
+            }
+            // `f()->x` of a function returning typed pointers, or of a
+            // built-in known to (`task_current()`).
+            ast::ExprKind::Call { name, .. } => {
+                let ptr = self.expr(base);
+                let target = self.returned_target(&ptr, &name.node)?;
+                Some(self.pointer_to(ptr, target))
+            }
             ast::ExprKind::Error => None,
             _ => {
                 self.error(

@@ -8,6 +8,7 @@ use super::builtins;
 use super::hir::{
     self, Expr, ExprKind, FunctionId, GlobalId, Local, LocalId, Stmt, StmtKind, Type,
 };
+use super::pointer_slots::Slot;
 use super::points::{ProbeContext, ResolvedPoint};
 use super::slices;
 use super::symbols::Elaborator;
@@ -39,6 +40,12 @@ pub(crate) struct BodyLowerer<'e, 'a> {
     pub(crate) in_alias_code: bool,
     /// The locals typed by the pointers assigned to them (`autocast.rs`).
     pub(crate) pointers: PointerLocals,
+    /// The function being lowered (its name, where it is defined) and how
+    /// many parameters it has: they are its first locals.
+    pub(crate) function: Option<(String, Span)>,
+    pub(crate) param_count: usize,
+    /// The slot a store is being worked out for (`autocast.rs`).
+    storing: Option<Slot>,
 }
 
 /// What [`BodyLowerer::save_locals`] keeps, for a lowering to be undone.
@@ -167,6 +174,7 @@ pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::
     let from_tapset = entry.from_tapset;
     let mut lowerer = BodyLowerer::new(elab, None);
     lowerer.in_function = true;
+    lowerer.function = Some((f.name.node.clone(), f.name.span));
     for p in &f.params {
         if lowerer.local_names.contains_key(&p.name.node) {
             lowerer.elab.error(
@@ -180,6 +188,7 @@ pub(crate) fn lower_function(elab: &mut Elaborator<'_>, id: FunctionId) -> hir::
         lowerer.assigned[slot.0 as usize] = true;
     }
     let param_count = lowerer.locals.len();
+    lowerer.param_count = param_count;
     let body = match &f.body {
         ast::FunctionBody::Block(b) => {
             lowerer.pointers.collect(b);
@@ -365,6 +374,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             slices: 0,
             in_entry: false,
             pointers: PointerLocals::default(),
+            function: None,
+            param_count: 0,
+            storing: None,
         }
     }
 
@@ -633,7 +645,14 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                             .note("help: use `next` to leave a probe"),
                     );
                 }
-                StmtKind::Return(value.as_ref().map(|e| self.expr(e)))
+                let value = value.as_ref().map(|e| self.expr(e));
+                if let (Some(value), Some((_, function))) = (&value, &self.function) {
+                    let slot = Slot::Return {
+                        function: *function,
+                    };
+                    self.store_pointer(slot, value);
+                }
+                StmtKind::Return(value)
             }
             A::Delete(target) => match self.delete(target) {
                 Some(d) => StmtKind::Delete(d),
@@ -878,9 +897,14 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     self.var(name, target.span, false);
                 }
                 let value = self.boxed_expr(value);
+                let target = self.lvalue(target);
+                if let (ast::AssignOp::Set, ExprKind::Global(g)) = (op, &target.kind) {
+                    let name = self.elab.globals[g.0 as usize].hir.name.clone();
+                    self.store_pointer(Slot::Global(name), &value);
+                }
                 ExprKind::Assign {
                     op: *op,
-                    target: Box::new(self.lvalue(target)),
+                    target: Box::new(target),
                     value,
                 }
             }
@@ -1032,6 +1056,13 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                     .also(f.name.span, format!("defined as `{}`", signature(&f))),
                 );
                 return invalid(span);
+            }
+            for (index, arg) in lowered.iter().enumerate() {
+                let slot = Slot::Param {
+                    function: f.name.span,
+                    index,
+                };
+                self.store_pointer(slot, arg);
             }
             return expr(
                 ExprKind::Call {

@@ -5,7 +5,9 @@
 //! - [`symbols`]: collect definitions; pull in tapset files on first use.
 //! - [`points`]: resolve probe points (families, wildcards, aliases, `?`/`!`).
 //! - [`lower`] and [`context`]: resolve names and context variables into HIR;
-//!   its child `lower::autocast` types the locals that hold kernel pointers.
+//!   its child `lower::autocast` types the variables that hold kernel
+//!   pointers, with `pointer_slots` for those the whole program shares
+//!   (globals, parameters, returns).
 //! - [`elide`]: alias code's assignments that nothing reads are dropped.
 //! - [`infer`]: type inference to a fixpoint.
 //! - [`placement`]: kernel (BPF) or host (JIT) for every probe and function.
@@ -20,6 +22,7 @@ mod infer;
 pub mod library;
 mod lower;
 mod placement;
+mod pointer_slots;
 mod points;
 pub mod print;
 mod prune;
@@ -34,7 +37,13 @@ pub use points::glob_match;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::{KernelFacts, TracepointArgs};
+use pointer_slots::PointerSlots;
 use symbols::Elaborator;
+
+/// Rounds of elaboration at most: each makes the stores a chain of typed
+/// pointers reaches one link further known (`g = f(p)` where `p` is a
+/// parameter typed by another function's call, ...).
+const POINTER_ROUNDS: u32 = 4;
 
 #[derive(Debug, Clone, Default)]
 pub struct ElabOptions {
@@ -91,16 +100,29 @@ pub fn elaborate_with(
     facts: &dyn KernelFacts,
     opts: &ElabOptions,
 ) -> (Option<Program>, Vec<Diagnostic>) {
-    let mut elab = Elaborator::new(facts, tapsets);
-    elab.kernel_probes = opts.kernel_probes;
-    elab.guru = opts.guru;
-    elab.skip_badvars = opts.skip_badvars;
-    elab.target_program = opts.target_program.clone();
-    elab.fentry_refused = opts.fentry_refused.clone();
-    for file in user {
-        elab.add_file(file, false);
-    }
-    let mut probes = resolve_and_lower(&mut elab);
+    // Pointers stored in globals, parameters and returns type their uses
+    // (`pointer_slots`); a use lowered before a store it depends on asks
+    // for another round, seeded with every store the last one found.
+    let mut slots = PointerSlots::default();
+    let mut round = 1;
+    let (mut elab, mut probes) = loop {
+        let mut elab = Elaborator::new(facts, tapsets);
+        elab.kernel_probes = opts.kernel_probes;
+        elab.guru = opts.guru;
+        elab.skip_badvars = opts.skip_badvars;
+        elab.target_program = opts.target_program.clone();
+        elab.fentry_refused = opts.fentry_refused.clone();
+        elab.pointer_slots = slots;
+        for file in user {
+            elab.add_file(file, false);
+        }
+        let probes = resolve_and_lower(&mut elab);
+        if elab.pointer_slots.settled() || round == POINTER_ROUNDS {
+            break (elab, probes);
+        }
+        slots = std::mem::take(&mut elab.pointer_slots).for_next_round();
+        round += 1;
+    };
     if probes.is_empty() && !elab.diags.iter().any(Diagnostic::is_error) {
         // stap refuses a script with nothing to run.
         elab.error(

@@ -4,6 +4,7 @@
 
 use super::hir::{self, GlobalId, Sides, Type};
 use super::library::{Library, plain_point_name};
+use super::pointer_slots::PointerSlots;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::KernelFacts;
@@ -104,6 +105,8 @@ pub(crate) struct Elaborator<'a> {
     /// Errors in alias code that count only if the code survives elision
     /// (`sema::elide`): where the invalid expression is, and the error.
     pub alias_errors: Vec<(crate::source::Span, Diagnostic)>,
+    /// The typed pointers stored in globals, parameters and returns.
+    pub pointer_slots: PointerSlots,
 }
 
 impl<'a> Elaborator<'a> {
@@ -151,6 +154,7 @@ impl<'a> Elaborator<'a> {
             skipped_functions: Vec::new(),
             optional_depth: 0,
             alias_errors: Vec::new(),
+            pointer_slots: PointerSlots::default(),
         }
     }
 

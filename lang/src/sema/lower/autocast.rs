@@ -5,11 +5,16 @@
 //!
 //! The typed assignments (`p = @cast(x, "T")`, `p = &@cast(x, "T")->f`,
 //! `p = $ptr`, `p = $a->ptr`, `p = &$a->f`, `p = @var("ptr")`,
-//! `p = @entry($ptr)`, `p = q` of another typed local) are found before
-//! the body is lowered, so a use may come before them in the text (a
-//! loop's body). Assignments of plain numbers (`p = 0`) type nothing. Two
-//! typed assignments of different types make `p->f` an error naming
-//! both; a local that is never used with `->` may hold anything.
+//! `p = @entry($ptr)`, `p = q` of another typed variable, `p = f()` of a
+//! call returning a typed pointer) are found before the body is lowered,
+//! so a use may come before them in the text (a loop's body). Assignments
+//! of plain numbers (`p = 0`) type nothing. Two typed assignments of
+//! different types make `p->f` an error naming both; a local that is never
+//! used with `->` may hold anything.
+//!
+//! Globals, parameters and returns are typed the same way from the stores
+//! the whole program makes into them (`sema::pointer_slots`): a parameter
+//! also by what its calls pass, a built-in's return by its table entry.
 
 use std::collections::{HashMap, HashSet};
 
@@ -17,7 +22,9 @@ use super::BodyLowerer;
 use crate::ast;
 use crate::diag::Diagnostic;
 use crate::kernel::{TypeId, TypeKind};
+use crate::sema::builtins;
 use crate::sema::hir::{AccessBase, AccessValue, Expr, ExprKind};
+use crate::sema::pointer_slots::Slot;
 use crate::source::Span;
 
 /// The typed assignments of one body's locals, and what they resolved to.
@@ -187,6 +194,7 @@ fn may_be_typed_pointer(e: &ast::Expr) -> bool {
             | A::AtVar { .. }
             | A::Entry(_)
             | A::Var(_)
+            | A::Call { .. }
     )
 }
 
@@ -198,11 +206,96 @@ fn unqualified(name: &str) -> String {
         .join(" ")
 }
 
+/// What holds the pointers being typed, for messages.
+pub(crate) enum Holder<'n> {
+    Local(&'n str),
+    Param { function: &'n str, name: &'n str },
+    Global(&'n str),
+    Return(&'n str),
+}
+
+impl Holder<'_> {
+    /// `p->`, `f()->`: the use that needs a type.
+    fn at_use(&self) -> String {
+        match self {
+            Holder::Local(n) | Holder::Global(n) | Holder::Param { name: n, .. } => {
+                format!("`{n}->`")
+            }
+            Holder::Return(f) => format!("`{f}()->`"),
+        }
+    }
+
+    /// The value to name in a `@cast` hint.
+    fn value(&self) -> String {
+        match self {
+            Holder::Local(n) | Holder::Global(n) | Holder::Param { name: n, .. } => n.to_string(),
+            Holder::Return(f) => format!("{f}(...)"),
+        }
+    }
+
+    /// "local `p` is assigned" and the like, before "pointers to ...".
+    fn given(&self) -> String {
+        match self {
+            Holder::Local(n) => format!("local `{n}` is assigned"),
+            Holder::Global(n) => format!("global `{n}` is assigned"),
+            Holder::Param { function, name } => {
+                format!("parameter `{name}` of `{function}()` is given")
+            }
+            Holder::Return(f) => format!("`{f}()` returns"),
+        }
+    }
+
+    /// "local `p` is not assigned" and the like, before "a pointer of ...".
+    fn not_given(&self) -> String {
+        match self {
+            Holder::Local(n) => format!("local `{n}` is not assigned"),
+            Holder::Global(n) => format!("global `{n}` is not assigned"),
+            Holder::Param { function, name } => {
+                format!("parameter `{name}` of `{function}()` is not given")
+            }
+            Holder::Return(f) => format!("`{f}()` does not return"),
+        }
+    }
+
+    /// Where its typed pointers come from.
+    fn typed_by(&self) -> &'static str {
+        match self {
+            Holder::Local(_) => {
+                "a local is typed by assignments of `@cast(...)`, `&@cast(...)->f`, a `$pointer`, `@var(...)`, `@entry($pointer)`, a typed variable or a call returning a typed pointer; a number or a `void *` types nothing"
+            }
+            Holder::Global(_) => {
+                "a global is typed by the typed pointers assigned to it anywhere in the script (`g = $task`, `g = task_current()`); a number or a `void *` types nothing"
+            }
+            Holder::Param { .. } => {
+                "a parameter is typed by the typed pointers its calls pass (`f($task)`, `f(task_current())`) and those assigned to it in the function"
+            }
+            Holder::Return(_) => {
+                "a function's return is typed by its `return` statements' typed pointers (`return &@cast(p, \"T\")`, `return $task->parent`); of the built-ins, `task_current()` and `pid2task()` return a `struct task_struct *`"
+            }
+        }
+    }
+}
+
 impl BodyLowerer<'_, '_> {
-    /// Whether `name` has typed assignments, i.e. `name->f` is autocast.
+    /// Whether `name` has typed assignments or is a parameter, i.e.
+    /// `name->f` is autocast.
     pub(crate) fn is_pointer_local(&mut self, name: &str, span: Span) -> bool {
-        self.pointers.sources.contains_key(name)
-            && (self.is_local(name) || self.elab.lookup_global(name, span).is_none())
+        self.param_index(name).is_some()
+            || (self.pointers.sources.contains_key(name)
+                && (self.is_local(name) || self.elab.lookup_global(name, span).is_none()))
+    }
+
+    /// The index of parameter `name` of the function being lowered.
+    fn param_index(&self, name: &str) -> Option<usize> {
+        let id = self.local_names.get(name)?;
+        (self.function.is_some() && (id.0 as usize) < self.param_count).then_some(id.0 as usize)
+    }
+
+    fn holder_of<'n>(&'n self, name: &'n str) -> Holder<'n> {
+        match (&self.function, self.param_index(name)) {
+            (Some((function, _)), Some(_)) => Holder::Param { function, name },
+            _ => Holder::Local(name),
+        }
     }
 
     /// The type `name` points to, from its typed assignments; `None` (with
@@ -215,7 +308,8 @@ impl BodyLowerer<'_, '_> {
         match result {
             Resolved::Typed(t) => Some(t),
             Resolved::Untyped => {
-                self.error(untyped_error(name, span));
+                let d = untyped_error(&self.holder_of(name), span);
+                self.error(d);
                 None
             }
             Resolved::Conflict => None,
@@ -223,26 +317,47 @@ impl BodyLowerer<'_, '_> {
     }
 
     /// Types `name` from its assignments (`None` while it is already being
-    /// typed: `p = p->next` says nothing about `p`). The answer is kept
-    /// only at the outermost resolution: an inner one may have missed a
-    /// type through that cycle (`p = $skb; q = p; p = q`).
+    /// typed: `p = p->next` says nothing about `p`), and a parameter also
+    /// from what its calls pass. The answer is kept only at the outermost
+    /// resolution: an inner one may have missed a type through that cycle
+    /// (`p = $skb; q = p; p = q`).
     fn resolve_pointer_local(&mut self, name: &str, span: Span) -> Option<Resolved> {
         if !self.pointers.resolving.insert(name.to_string()) {
             return None;
         }
+        let passed = match (&self.function, self.param_index(name)) {
+            (Some((_, function)), Some(index)) => {
+                let slot = Slot::Param {
+                    function: *function,
+                    index,
+                };
+                self.elab.pointer_slots.values(&slot, self.storing.as_ref())
+            }
+            _ => Vec::new(),
+        };
         let sources = self.pointers.sources.get(name).cloned().unwrap_or_default();
         let mut first: Option<(TypeId, Span)> = None;
         let mut untyped = Vec::new();
         let mut result = Resolved::Untyped;
-        for source in &sources {
-            match (self.trial_pointee(source), first) {
-                (None, _) => untyped.push(source),
-                (Some(target), None) => {
-                    first = Some((target, source.span));
-                    result = Resolved::Typed(target);
+        let found = passed.into_iter().map(Ok).chain(sources.iter().map(Err));
+        for source in found {
+            let typed = match source {
+                Ok(passed) => passed,
+                Err(source) => match self.trial_pointee(source) {
+                    Some(target) => (target, source.span),
+                    None => {
+                        untyped.push(source);
+                        continue;
+                    }
+                },
+            };
+            match first {
+                None => {
+                    first = Some(typed);
+                    result = Resolved::Typed(typed.0);
                 }
-                (Some(target), Some(first)) => {
-                    if !self.agrees(name, span, first, (target, source.span)) {
+                Some(first) => {
+                    if !self.agrees(name, span, first, typed) {
                         result = Resolved::Conflict;
                         break;
                     }
@@ -274,8 +389,8 @@ impl BodyLowerer<'_, '_> {
         Some(result)
     }
 
-    /// Whether two typed assignments of `name` point to one type; if not,
-    /// the error naming both, at the use.
+    /// Whether two typed assignments of local `name` point to one type; if
+    /// not, the error naming both, at the use.
     fn agrees(
         &mut self,
         name: &str,
@@ -288,8 +403,76 @@ impl BodyLowerer<'_, '_> {
         if unqualified(&a) == unqualified(&b) {
             return true;
         }
-        self.error(conflict_error(name, span, (&a, first.1), (&b, other.1)));
+        let d = conflict_error(&self.holder_of(name), span, (&a, first.1), (&b, other.1));
+        self.error(d);
         false
+    }
+
+    /// The type the pointers stored in `slot` (a global, a parameter, a
+    /// return) agree on; `None`, with the error at `span`, when they
+    /// disagree or there are none.
+    pub(crate) fn slot_target(
+        &mut self,
+        slot: &Slot,
+        holder: &Holder<'_>,
+        span: Span,
+    ) -> Option<TypeId> {
+        let values = self.elab.pointer_slots.values(slot, self.storing.as_ref());
+        let Some(&first) = values.first() else {
+            self.error(untyped_error(holder, span));
+            return None;
+        };
+        let facts = self.elab.facts;
+        let a = facts.type_name(first.0);
+        for &other in &values[1..] {
+            let b = facts.type_name(other.0);
+            if unqualified(&a) != unqualified(&b) {
+                self.error(conflict_error(holder, span, (&a, first.1), (&b, other.1)));
+                return None;
+            }
+        }
+        Some(first.0)
+    }
+
+    /// What global `name` points to, for `name->f`.
+    pub(crate) fn global_target(&mut self, name: &str, span: Span) -> Option<TypeId> {
+        self.slot_target(&Slot::Global(name.to_string()), &Holder::Global(name), span)
+    }
+
+    /// What a lowered call returns a pointer to, for `f()->x`.
+    pub(crate) fn returned_target(&mut self, call: &Expr, name: &str) -> Option<TypeId> {
+        match &call.kind {
+            ExprKind::Call { function, .. } => {
+                let slot = Slot::Return {
+                    function: self.elab.functions[function.0 as usize].ast.name.span,
+                };
+                self.slot_target(&slot, &Holder::Return(name), call.span)
+            }
+            ExprKind::Builtin { name, .. } => {
+                let target = self.builtin_target(name);
+                if target.is_none() {
+                    self.error(untyped_error(&Holder::Return(name), call.span));
+                }
+                target
+            }
+            _ => None,
+        }
+    }
+
+    /// The type a built-in's returned address points to (`task_current`).
+    fn builtin_target(&self, name: &str) -> Option<TypeId> {
+        let ty = builtins::lookup(name)?.pointee?;
+        self.elab.facts.find_type(ty).ok().flatten()
+    }
+
+    /// Records the pointer `value` gives, if typed, as stored in `slot`.
+    pub(crate) fn store_pointer(&mut self, slot: Slot, value: &Expr) {
+        let storing = self.storing.replace(slot.clone());
+        let target = self.pointee(value);
+        self.storing = storing;
+        if let Some(target) = target {
+            self.elab.pointer_slots.store(slot, target, value.span);
+        }
     }
 
     /// What `value` points to, found by lowering it and then forgetting
@@ -337,45 +520,55 @@ impl BodyLowerer<'_, '_> {
             ExprKind::Entry(inner) => self.pointee(inner),
             ExprKind::Local(id) => {
                 let name = self.locals[id.0 as usize].name.clone();
-                if !self.pointers.sources.contains_key(&name) {
+                if !self.pointers.sources.contains_key(&name) && self.param_index(&name).is_none() {
                     return None;
                 }
-                let before = self.elab.diags.len();
-                let target = self.pointer_local_target(&name, e.span);
-                self.elab.diags.truncate(before);
-                target
+                self.quietly(|this| this.pointer_local_target(&name, e.span))
             }
+            ExprKind::Global(g) => {
+                let name = self.elab.globals[g.0 as usize].hir.name.clone();
+                self.quietly(|this| this.global_target(&name, e.span))
+            }
+            ExprKind::Call { .. } => self.quietly(|this| this.returned_target(e, "")),
+            ExprKind::Builtin { name, .. } => self.builtin_target(name),
             _ => None,
         }
     }
+
+    /// `f`'s answer without its diagnostics: a value that is not a typed
+    /// pointer is no error until something reads through it.
+    fn quietly<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let before = self.elab.diags.len();
+        let answer = f(self);
+        self.elab.diags.truncate(before);
+        answer
+    }
 }
 
-/// Two typed assignments of `name` point to different types.
+/// Two typed values of one holder point to different types.
 fn conflict_error(
-    name: &str,
+    holder: &Holder<'_>,
     use_span: Span,
     first: (&str, Span),
     second: (&str, Span),
 ) -> Diagnostic {
     let ((a, a_span), (b, b_span)) = (first, second);
     Diagnostic::error(format!(
-        "local `{name}` is assigned pointers to two types, `{a}` and `{b}`"
+        "{} pointers to two types, `{a}` and `{b}`",
+        holder.given()
     ))
-    .at(use_span, format!("`{name}->` needs one type"))
+    .at(use_span, format!("{} needs one type", holder.at_use()))
     .also(a_span, format!("a `{a} *`"))
     .also(b_span, format!("a `{b} *`"))
     .note(format!(
-        "help: name the type at the use: `@cast({name}, \"{b}\")->...`"
+        "help: name the type at the use: `@cast({}, \"{b}\")->...`",
+        holder.value()
     ))
 }
 
-fn untyped_error(name: &str, span: Span) -> Diagnostic {
-    Diagnostic::error(format!(
-        "local `{name}` is not assigned a pointer of a known type"
-    ))
-    .at(span, "`->` needs the type it points to")
-    .note(
-        "a local is typed by assignments of `@cast(...)`, `&@cast(...)->f`, a `$pointer`, `@var(...)` or `@entry($pointer)`; a number or a `void *` types nothing",
-    )
-    .note("help: use `@cast(ptr, \"struct name\")->member` to read through a pointer")
+fn untyped_error(holder: &Holder<'_>, span: Span) -> Diagnostic {
+    Diagnostic::error(format!("{} a pointer of a known type", holder.not_given()))
+        .at(span, "`->` needs the type it points to")
+        .note(holder.typed_by())
+        .note("help: use `@cast(ptr, \"struct name\")->member` to read through a pointer")
 }
