@@ -282,7 +282,8 @@ fn pointers_through_functions_and_globals_are_autocast() {
     // A built-in's BTF-typed return (`task_current()`), a function's
     // return typed by its `return`s, a parameter typed by what its calls
     // pass (and by its own `t = t->real_parent`), and a global typed by
-    // assignments in another probe; the host reads `last` too.
+    // assignments in another probe; the host reads `last` too. And a
+    // chain from `@choose_defined`, which starts at the defined operand.
     let script = r#"
 global last
 function parent_of(t) { return t->real_parent }
@@ -295,6 +296,7 @@ probe kernel.trace("sched_switch") {
   printf("%d %d %d\n", task_current()->tgid, parent_of($next)->pid, depth(task_current()))
   p = parent_of(task_current())
   println(p->comm)
+  println(@choose_defined($no_such, $prev)->pid)
 }
 probe kernel.trace("sched_process_exec") { last = $p }
 probe end { println(last->tgid) }

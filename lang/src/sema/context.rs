@@ -670,6 +670,11 @@ impl BodyLowerer<'_, '_> {
                 let ptr = self.expr(base);
                 Some(self.pointer_to(ptr, target))
             }
+            // `@choose_defined($a, $b)->f`: the chain from the defined one.
+            ast::ExprKind::ChooseDefined(a, b) => {
+                let pick = if self.is_defined(a) { a } else { b };
+                self.access_base(pick)
+            }
             // `f()->x` of a function returning typed pointers, or of a
             // built-in known to (`task_current()`).
             ast::ExprKind::Call { name, .. } => {

@@ -991,7 +991,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
         }
     }
 
-    fn is_defined(&mut self, e: &ast::Expr) -> bool {
+    pub(crate) fn is_defined(&mut self, e: &ast::Expr) -> bool {
         let before = self.elab.diags.len();
         let before_alias = self.elab.alias_errors.len();
         let lowered = self.expr(e);
