@@ -580,18 +580,29 @@ probe end {
     let (open_arg, closed_arg) = (open.to_string(), closed.to_string());
     let mut session = Session::start_for(60, &["-e", script, &open_arg, &closed_arg]);
     session.wait_ready();
+    // The server greets each connection and the client writes only after
+    // the greeting: a first data segment sent at once can race the
+    // handshake's last ACK on the other CPU (softirqs deferred under
+    // load), and then tcp_v4_syn_recv_sock returns a socket for both (the
+    // loser's is freed), which PassiveOpens counts twice, as stap's alias
+    // and the kernel's own counter do.
     let server = std::thread::spawn(move || {
-        use std::io::Read;
+        use std::io::{Read, Write};
         for _ in 0..4 {
             let (mut stream, _) = listener.accept().expect("accepting");
+            stream.write_all(b"+").expect("greeting");
             let mut sink = Vec::new();
             let _ = stream.read_to_end(&mut sink);
         }
     });
     for round in 0..4 {
-        use std::io::Write;
+        use std::io::{Read, Write};
         use std::os::fd::AsRawFd;
         let mut stream = std::net::TcpStream::connect(("127.0.0.1", open)).expect("connecting");
+        let mut greeting = [0u8; 1];
+        stream
+            .read_exact(&mut greeting)
+            .expect("reading the greeting");
         stream.write_all(b"stap-rs mib").expect("writing");
         if round == 3 {
             // Linger 0: close sends a reset on an established connection.
@@ -628,6 +639,144 @@ probe end {
         "segments 1 1 1 1",
     ];
     assert_lines(&done, &expected.map(String::from));
+}
+
+/// A TcpExt counter of the calling thread's network namespace, from
+/// /proc/thread-self/net/netstat (the namespace of the whole process is
+/// /proc/self's).
+fn tcp_ext_counter(name: &str) -> u64 {
+    let table = std::fs::read_to_string("/proc/thread-self/net/netstat").expect("reading netstat");
+    let mut lines = table.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (names, values) = (
+        lines.next().expect("TcpExt names"),
+        lines.next().expect("TcpExt values"),
+    );
+    let at = names
+        .split_whitespace()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("no TcpExt {name}"));
+    values
+        .split_whitespace()
+        .nth(at)
+        .expect("a value")
+        .parse()
+        .expect("a number")
+}
+
+/// Sets an integer socket option, asserting that the kernel took it.
+fn set_option(fd: std::os::fd::RawFd, level: i32, option: i32, value: i32) {
+    // SAFETY: setsockopt reads an int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            option,
+            std::ptr::addr_of!(value).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "setsockopt {level} {option}");
+}
+
+/// linuxmib.* (kernel functions: the guests), counted against the
+/// kernel's own TcpExt counters in a network namespace of this test
+/// thread's own, where nothing else talks TCP. A listener with backlog 0
+/// and TCP_DEFER_ACCEPT takes two handshakes without queueing either (the
+/// bare ACK is ignored until data comes); the first client's data fills
+/// the accept queue, so the second's overflows it in tcp_v4_syn_recv_sock
+/// (ListenOverflows and ListenDrops, again at each retransmission). The
+/// accepted socket is put in delayed-ACK mode (TCP_QUICKACK 0) before each
+/// of three small writes to it, whose ACK the delayed-ACK timer then sends
+/// (DelayedACKs).
+#[test]
+fn linuxmib_counters_match_the_kernels_own() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let port: u16 = 20_000 + (std::process::id() % 20_000) as u16;
+    let script = r#"function linuxmib_filter_key:long (sk:long, op:long) {
+  if (!sk) return 0
+  return (tcpmib_local_port(sk) == $1 || tcpmib_remote_port(sk) == $1) ? $1 : 0
+}
+probe linuxmib.ListenOverflows, linuxmib.ListenDrops, linuxmib.DelayedACKs, linuxmib.TCPMemoryPressures { }
+probe end {
+  printf("ListenOverflows %d ListenDrops %d DelayedACKs %d TCPMemoryPressures %d\n",
+         ListenOverflows[$1], ListenDrops[$1], DelayedACKs[$1], TCPMemoryPressures[$1])
+}"#;
+    let port_arg = port.to_string();
+    let mut session = Session::start_for(60, &["-e", script, &port_arg]);
+    session.wait_ready();
+    // This thread alone moves to a new namespace (the session's threads
+    // and process stay where they are); its loopback starts down.
+    // SAFETY: unshare takes flags only.
+    assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
+    let status = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .expect("running ip");
+    assert!(status.success(), "ip link set lo up");
+    let counters = [
+        "ListenOverflows",
+        "ListenDrops",
+        "DelayedACKs",
+        "TCPMemoryPressures",
+    ];
+    let before = counters.map(tcp_ext_counter);
+
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("listening");
+    set_option(
+        listener.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_DEFER_ACCEPT,
+        10,
+    );
+    // listen() again only sets the backlog: 0, so one queued connection fills it.
+    // SAFETY: listen on a socket we own.
+    assert_eq!(
+        unsafe { libc::listen(listener.as_raw_fd(), 0) },
+        0,
+        "listen"
+    );
+    let mut first = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connecting");
+    let mut second = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connecting");
+    first.write_all(b"first").expect("writing");
+    second.write_all(b"second").expect("writing");
+    // The second client's data is retransmitted into the full queue.
+    std::thread::sleep(Duration::from_millis(700));
+    let (accepted, _) = listener.accept().expect("accepting");
+    drop(listener);
+    for _ in 0..3 {
+        set_option(
+            accepted.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_QUICKACK,
+            0,
+        );
+        first.write_all(b"ack me later").expect("writing");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop((first, second, accepted));
+    std::thread::sleep(Duration::from_millis(300));
+    let after = counters.map(tcp_ext_counter);
+    let _ = Command::new("kill")
+        .args(["-INT", &session.pid().to_string()])
+        .status();
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    let kernel: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    assert!(
+        kernel[0] >= 1 && kernel[2] >= 3,
+        "the kernel counted {kernel:?} for {counters:?}"
+    );
+    let expected = format!(
+        "ListenOverflows {} ListenDrops {} DelayedACKs {} TCPMemoryPressures {}",
+        kernel[0], kernel[1], kernel[2], kernel[3]
+    );
+    assert_lines(&done, &[expected]);
 }
 
 /// process.thread.begin/.end and vm.kmem_cache_free: the trigger starts

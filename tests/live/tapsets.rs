@@ -238,6 +238,54 @@ probe kprocess.release {{ if (released_pid == shell && shell) exit() }}"#,
 
 /// Without fentry or kprobes (this host), an alias with no tracepoint of
 /// its meaning is an error naming the alias and what it needs.
+/// scheduler.cpu_on: a process we start is seen beginning execution on a
+/// cpu, with `task_prev` another task. Where kernel functions can be
+/// probed the handler runs in the incoming task (finish_task_switch), as
+/// in stap; on this host it falls back on sched:sched_switch, which runs
+/// in the outgoing task, so there `task_current()` is `task_prev`.
+#[test]
+fn scheduler_cpu_on_sees_a_process_we_start_come_on() {
+    let _one = serial();
+    let sleeper = renamed("/bin/sleep", "stapCpuOn");
+    let script = r#"global seen
+probe scheduler.cpu_on {
+  if (task_execname(task_next) == "stapCpuOn" && !seen["on"]++) {
+    current = task_current() == task_next ? "next" : (task_current() == task_prev ? "prev" : "other")
+    printf("cpu_on %s %d %d %d %d %s\n", name, task_prev != task_next, task_prev != 0, idle, task_pid(task_next) == $1, current)
+    exit()
+  }
+}"#;
+    let mut child = Command::new("sh")
+        .args(["-c", "read go; exec \"$0\" 0.2"])
+        .arg(&sleeper)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the sleeper");
+    let pid = child.id().to_string();
+    let mut session = Session::start(&["-e", script, &pid]);
+    session.wait_ready();
+    {
+        use std::io::Write;
+        let mut go = child.stdin.take().expect("the sleeper's stdin");
+        go.write_all(b"go\n").expect("starting the sleeper");
+    }
+    let status = child.wait().expect("waiting for the sleeper");
+    assert!(status.success(), "the sleeper failed: {status}");
+    let done = session.finish();
+    assert_success(&done);
+    let current = if no_function_probes().is_some() {
+        "prev"
+    } else {
+        "next"
+    };
+    assert_eq!(
+        done.stdout.lines().collect::<Vec<_>>(),
+        [format!("cpu_on cpu_on 1 1 0 1 {current}")],
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
 #[test]
 fn function_backed_aliases_fail_clearly_without_function_probes() {
     if no_function_probes().is_none() {
@@ -245,7 +293,6 @@ fn function_backed_aliases_fail_clearly_without_function_probes() {
         return;
     }
     for alias in [
-        "scheduler.cpu_on",
         "scheduler.tick",
         "kprocess.start",
         "signal.checkperm",
