@@ -79,7 +79,10 @@ pub fn run(args: &Args) -> Result<(), Failed> {
                 elaborate_started.elapsed().as_millis()
             );
         }
-        frontend::report_skipped_functions(&program.skipped_functions, args.verbose > 0);
+        // What a wildcard skips does not depend on the mechanism: said once.
+        if fentry_refused.is_empty() {
+            frontend::report_skipped_functions(&program.skipped_functions, args.verbose > 0);
+        }
         if args.pass == Some(2) || args.dump == Some(DumpStage::Types) {
             out!("{}", sema::print::print_program(&program, &map));
             return Ok(());

@@ -32,6 +32,9 @@ pub struct Frontend<'a> {
     macros: std::cell::RefCell<MacroLibrary>,
     /// How many library files the last elaboration parsed (for `-v`).
     library_parsed: std::cell::Cell<usize>,
+    /// The warnings an earlier elaboration of this run printed: a run
+    /// compiled again after an fentry refusal shows each once.
+    warned: std::cell::RefCell<Vec<Diagnostic>>,
 }
 
 impl<'a> Frontend<'a> {
@@ -41,6 +44,7 @@ impl<'a> Frontend<'a> {
             script_args,
             macros: Default::default(),
             library_parsed: Default::default(),
+            warned: Default::default(),
         }
     }
 
@@ -164,9 +168,13 @@ impl<'a> Frontend<'a> {
             fentry_refused: fentry_refused.to_vec(),
             ..elab_options(args)
         };
-        let (program, diags) = self.with_library(map, library, |library| {
+        let (program, mut diags) = self.with_library(map, library, |library| {
             sema::elaborate_with(user, library, self.kernel, &options)
         })?;
+        let mut warned = self.warned.borrow_mut();
+        diags.retain(|d| d.is_error() || !warned.contains(d));
+        warned.extend(diags.iter().filter(|d| !d.is_error()).cloned());
+        drop(warned);
         report(map, &diags)?;
         program.ok_or_else(|| fail("elaboration failed"))
     }

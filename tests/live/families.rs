@@ -451,6 +451,95 @@ probe scheduler.process_exit { if (execname() == "stapFamFunc" && pid == pid()) 
     assert_lines(&done, &expected);
 }
 
+/// signal.send_sig_queue, force_segv and check_ignored with their
+/// .returns (kernel functions: the guests): `trigger sigqueue` has a
+/// POSIX timer queue SIGUSR2 to it; `trigger segv` forks a child whose
+/// SIGUSR1 frame cannot be written, so the kernel forces SIGSEGV on it.
+/// (signal.check_ignored only where sig_ignored is not inlined.)
+#[test]
+fn function_backed_signal_helpers_follow_a_timer_and_a_bad_stack() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let trigger = build("trigger");
+    let symbols = std::fs::read_to_string("/proc/kallsyms").expect("reading kallsyms");
+    let check_ignored = symbols.lines().any(|l| l.ends_with(" sig_ignored"));
+    let mut script = r#"global seen, segv_pid, on_cpu
+probe signal.send_sig_queue { if (sig == 12 && !seen[name]++) { on_cpu[name] = cpu(); printf("send_sig_queue %s %s %d\n", name, sig_name, sigqueue_addr != 0) } }
+probe signal.send_sig_queue.return { if (seen["send_sig_queue"] && on_cpu["send_sig_queue"] == cpu() && !seen["sq.return"]++) printf("send_sig_queue.return %s %s\n", name, retstr) }
+probe signal.force_segv { if (pid_name == "stapFamSegv" && !seen[name]++) { segv_pid = sig_pid; printf("force_segv %s %s %d\n", name, sig_name, sig_pid == pid()) } }
+probe signal.force_segv.return { if (pid() == segv_pid && !seen["fs.return"]++) printf("force_segv.return %s %s\n", name, retstr) }
+"#
+    .to_string();
+    if check_ignored {
+        script.push_str(
+            r#"probe signal.check_ignored { if (pid_name == "stapFamSigq" && sig == 12 && !seen[name]++) { on_cpu[name] = cpu(); printf("check_ignored %s %s\n", name, sig_name) } }
+probe signal.check_ignored.return { if (seen["check_ignored"] && on_cpu["check_ignored"] == cpu() && !seen["ci.return"]++) printf("check_ignored.return %s %s\n", name, retstr) }
+"#,
+        );
+    }
+    let mut session = Session::start_for(120, &["-e", &script]);
+    session.wait_ready();
+    for (name, mode) in [("stapFamSigq", "sigqueue"), ("stapFamSegv", "segv")] {
+        let status = Command::new(&trigger)
+            .args([name, mode])
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger {mode} failed: {status}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-INT", &session.pid().to_string()])
+        .status();
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    // force_sigsegv names the signal whose frame failed (SIGUSR1); the
+    // timer's queue returns 0; sig_ignored returns false for a blocked,
+    // not ignored, SIGUSR2.
+    let mut expected = vec![
+        "send_sig_queue send_sig_queue SIGUSR2 1",
+        "send_sig_queue.return send_sig_queue 0",
+        "force_segv force_segv SIGUSR1 1",
+        "force_segv.return force_segv 0",
+    ];
+    if check_ignored {
+        expected.push("check_ignored check_ignored SIGUSR2");
+        expected.push("check_ignored.return check_ignored 0");
+    }
+    let expected: Vec<String> = expected.into_iter().map(String::from).collect();
+    assert_lines(&done, &expected);
+}
+
+/// scheduler.tick and scheduler.balance (kernel functions: the guests):
+/// a spinner is running at some of the scheduler's ticks, and a cpu going
+/// idle looks for work (newly-idle balancing).
+#[test]
+fn scheduler_tick_and_balance_see_a_spinner() {
+    let _one = serial();
+    if let Some(reason) = no_function_probes() {
+        eprintln!("stap-rs-skip: {reason}");
+        return;
+    }
+    let trigger = build("trigger");
+    let script = r#"global seen
+probe scheduler.tick { if (execname() == "stapFamSpin" && !seen[name]++) printf("tick %s %d\n", name, idle) }
+probe scheduler.balance { if (!seen[name]++) printf("balance %s\n", name) }
+probe scheduler.process_exit { if (execname() == "stapFamSpin") exit() }"#;
+    let mut session = Session::start_for(120, &["-e", script]);
+    session.wait_ready();
+    let status = Command::new(&trigger)
+        .args(["stapFamSpin", "spin", "0.5"])
+        .status()
+        .expect("running the trigger");
+    assert!(status.success(), "trigger spin failed: {status}");
+    let done = session.finish_within(Duration::from_secs(150));
+    assert_success(&done);
+    let expected = ["tick tick 0", "balance balance"].map(String::from);
+    assert_lines(&done, &expected);
+}
+
 /// A veth pair of our own, deleted on drop.
 struct Veth {
     name: String,
@@ -537,6 +626,138 @@ probe netdev.unregister {{ if (dev_name == "{name}" || dev_name == "{peer}") {{ 
         format!("unregister {name}"),
         format!("unregister {peer}"),
     ];
+    assert_lines(&done, &expected);
+}
+
+/// A named network namespace of our own, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn add(name: String) -> Netns {
+        Veth::ip(&["netns", "add", &name]);
+        Netns { name }
+    }
+
+    /// `ip` run inside the namespace.
+    fn ip(&self, args: &[&str]) {
+        let mut all = vec!["-n", &self.name];
+        all.extend_from_slice(args);
+        Veth::ip(&all);
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// An Ip: counter (/proc/net/snmp) of the calling thread's namespace.
+fn ip_counter(name: &str) -> u64 {
+    let table = std::fs::read_to_string("/proc/thread-self/net/snmp").expect("reading snmp");
+    let mut lines = table.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (
+        lines.next().expect("Ip names"),
+        lines.next().expect("Ip values"),
+    );
+    let at = names
+        .split_whitespace()
+        .position(|n| n == name)
+        .unwrap_or_else(|| panic!("no Ip {name}"));
+    values
+        .split_whitespace()
+        .nth(at)
+        .expect("a value")
+        .parse()
+        .expect("a number")
+}
+
+/// netfilter.ipv4.forward and netfilter.ip.forward (BPF netfilter links,
+/// 6.4+: here and in 6.12), and ipmib.ForwDatagrams where kernel
+/// functions can be probed (against the kernel's own Ip ForwDatagrams):
+/// this test thread moves to a namespace of its own and routes between two
+/// more, each behind a veth pair; a UDP datagram from one to the other
+/// crosses it. The session runs in the router's namespace, where its
+/// netfilter links attach.
+#[test]
+fn forward_hooks_and_forwdatagrams_see_a_datagram_routed_between_namespaces() {
+    let _one = serial();
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args(["-p2", "-e", "probe netfilter.ipv4.forward { }"])
+        .output()
+        .expect("running stap-rs -p2");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if let Some(line) = stderr.lines().find(|l| l.contains("not available")) {
+        eprintln!("stap-rs-skip: {}", line.trim_start_matches("error: "));
+        return;
+    }
+    let functions = no_function_probes().is_none();
+    let trigger = build("trigger");
+    // SAFETY: unshare takes flags only; this thread alone moves.
+    assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
+    // /proc/sys/net is the writing thread's namespace: the router's.
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        .expect("enabling forwarding in the router's namespace");
+    let tag = std::process::id();
+    let (left, right) = (
+        Netns::add(format!("stapFwdL{tag}")),
+        Netns::add(format!("stapFwdR{tag}")),
+    );
+    for (ns, ours, theirs, net) in [(&left, "fwl1", "fwl0", "1"), (&right, "fwr1", "fwr0", "2")] {
+        Veth::ip(&["link", "add", ours, "type", "veth", "peer", "name", theirs]);
+        Veth::ip(&["link", "set", theirs, "netns", &ns.name]);
+        Veth::ip(&["addr", "add", &format!("10.199.{net}.2/24"), "dev", ours]);
+        Veth::ip(&["link", "set", ours, "up"]);
+        ns.ip(&["addr", "add", &format!("10.199.{net}.1/24"), "dev", theirs]);
+        ns.ip(&["link", "set", theirs, "up"]);
+        ns.ip(&["route", "add", "default", "via", &format!("10.199.{net}.2")]);
+    }
+    let port = 20_000 + tag % 20_000;
+    let mut script = String::from(
+        r#"global seen
+probe netfilter.ipv4.forward { if (protocol == 17 && dport == $1 && !seen[name, pf]++) printf("ipv4.forward %s %s -> %s %d %s %s %d\n", pf, saddr, daddr, dport, indev_name, outdev_name, family) }
+probe netfilter.ip.forward { if (protocol == 17 && dport == $1 && !seen["ip", pf]++) printf("ip.forward %s %s\n", pf, daddr) }
+"#,
+    );
+    if functions {
+        script.push_str(
+            r#"probe ipmib.ForwDatagrams { }
+probe end { printf("ForwDatagrams %d\n", ForwDatagrams[1]) }
+"#,
+        );
+    }
+    let before = ip_counter("ForwDatagrams");
+    let port_arg = port.to_string();
+    let mut session = Session::start(&["-e", &script, &port_arg]);
+    session.wait_ready();
+    let status = Command::new("ip")
+        .args(["netns", "exec", &left.name])
+        .arg(&trigger)
+        .args(["stapFwd", "udp", "10.199.2.1", &port_arg])
+        .status()
+        .expect("running the trigger in the left namespace");
+    assert!(status.success(), "trigger udp failed: {status}");
+    std::thread::sleep(Duration::from_millis(300));
+    let forwarded = ip_counter("ForwDatagrams") - before;
+    let _ = Command::new("kill")
+        .args(["-INT", &session.pid().to_string()])
+        .status();
+    let done = session.finish();
+    assert_success(&done);
+    let mut expected = vec![
+        format!("ipv4.forward ipv4 10.199.1.1 -> 10.199.2.1 {port} fwl1 fwr1 2"),
+        "ip.forward ipv4 10.199.2.1".to_string(),
+    ];
+    if functions {
+        // The datagram and the ICMP port-unreachable coming back: the
+        // router forwards nothing else.
+        assert!(forwarded >= 1, "the kernel forwarded {forwarded}");
+        expected.push(format!("ForwDatagrams {forwarded}"));
+    }
     assert_lines(&done, &expected);
 }
 
@@ -777,6 +998,190 @@ probe end {
         kernel[0], kernel[1], kernel[2], kernel[3]
     );
     assert_lines(&done, &[expected]);
+}
+
+/// vm.kmalloc_node and vm.kmem_cache_alloc_node (tracepoints: here and in
+/// the guests): a perf event opened on cpu 0 is allocated on that cpu's
+/// node (kmem_cache_alloc_node in perf_event_alloc), and mapping it
+/// allocates its ring buffer there too (kzalloc_node in rb_alloc).
+#[test]
+fn node_allocations_follow_a_perf_event_on_cpu_0() {
+    let _one = serial();
+    let script = r#"global seen
+function report(name:string, caller_function:string, bytes_req:long, bytes_alloc:long, ptr:long, gfp_flag_name:string) {
+  printf("%s %s %d %d %d %d\n", name, caller_function, bytes_req > 0, bytes_alloc >= bytes_req, ptr != 0, isinstr(gfp_flag_name, "GFP_KERNEL"))
+}
+probe vm.kmalloc_node { if (pid() == $1 && caller_function == "rb_alloc" && !seen[name]++) report(name, caller_function, bytes_req, bytes_alloc, ptr, gfp_flag_name) }
+probe vm.kmem_cache_alloc_node { if (pid() == $1 && caller_function == "perf_event_alloc" && !seen[name]++) report(name, caller_function, bytes_req, bytes_alloc, ptr, gfp_flag_name) }
+probe vm.kmalloc { if (pid() == $1 && caller_function == "rb_alloc") seen["kmalloc"]++ }
+probe timer.ms(100) { if (seen["kmalloc_node"] && seen["kmem_cache_alloc_node"]) exit() }
+probe end { printf("kmalloc %d\n", seen["kmalloc"] > 0) }"#;
+    let pid = std::process::id().to_string();
+    let mut session = Session::start(&["-e", script, &pid]);
+    session.wait_ready();
+    // perf_event_attr, version 0 (64 bytes): a software cpu-clock counter.
+    let mut attr = [0u8; 64];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    attr[4..8].copy_from_slice(&64u32.to_ne_bytes()); // size
+    // config 0: PERF_COUNT_SW_CPU_CLOCK.
+    // SAFETY: perf_event_open reads `size` bytes of attr; pid -1 with cpu 0
+    // counts every task on cpu 0 (root).
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), -1, 0, -1, 0) };
+    assert!(
+        fd >= 0,
+        "perf_event_open: {}",
+        std::io::Error::last_os_error()
+    );
+    let fd = fd as libc::c_int;
+    let length = 2 * 4096;
+    // SAFETY: a shared mapping of the event's ring buffer (one metadata
+    // page and one data page), unmapped below.
+    unsafe {
+        let ring = libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        );
+        assert_ne!(
+            ring,
+            libc::MAP_FAILED,
+            "mmap: {}",
+            std::io::Error::last_os_error()
+        );
+        libc::munmap(ring, length);
+        libc::close(fd);
+    }
+    let done = session.finish();
+    assert_success(&done);
+    // The ring buffer names node 0, so vm.kmalloc (every kmalloc) sees it too.
+    assert_eq!(
+        done.stdout.lines().collect::<Vec<_>>(),
+        [
+            "kmem_cache_alloc_node perf_event_alloc 1 1 1 1",
+            "kmalloc_node rb_alloc 1 1 1 1",
+            "kmalloc 1",
+        ],
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// A memory cgroup of our own (v2, else v1's memory hierarchy), removed
+/// on drop.
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl MemoryCgroup {
+    /// A cgroup limited to `bytes` of memory and no swap, or why there is none.
+    fn limited(bytes: u64) -> Result<MemoryCgroup, String> {
+        let name = format!("stap-rs-oom-{}", std::process::id());
+        let v2 = Path::new("/sys/fs/cgroup");
+        let controllers =
+            std::fs::read_to_string(v2.join("cgroup.controllers")).unwrap_or_default();
+        let (dir, limits): (_, &[(&str, String)]) =
+            if controllers.split_whitespace().any(|c| c == "memory") {
+                let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+memory");
+                (
+                    v2.join(&name),
+                    &[
+                        ("memory.max", bytes.to_string()),
+                        ("memory.swap.max", "0".to_string()),
+                    ],
+                )
+            } else if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+                (
+                    Path::new("/sys/fs/cgroup/memory").join(&name),
+                    &[
+                        ("memory.limit_in_bytes", bytes.to_string()),
+                        ("memory.swappiness", "0".to_string()),
+                    ],
+                )
+            } else {
+                return Err("no memory cgroup controller mounted".to_string());
+            };
+        std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let cgroup = MemoryCgroup { dir };
+        for (file, value) in limits {
+            let path = cgroup.dir.join(file);
+            // memory.swap.max is absent without swap accounting: no swap to limit.
+            if path.exists() {
+                std::fs::write(&path, value)
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            }
+        }
+        Ok(cgroup)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// vm.oom_kill: `tail /dev/zero` (a line that never ends, kept whole) in
+/// a memory cgroup limited to 32 MiB is chosen by the OOM killer of that
+/// cgroup; nothing outside it is at risk.
+#[test]
+fn oom_kill_names_a_process_over_its_cgroup_limit() {
+    use std::os::unix::process::ExitStatusExt;
+    let _one = serial();
+    let cgroup = match MemoryCgroup::limited(32 << 20) {
+        Ok(cgroup) => cgroup,
+        Err(reason) => {
+            eprintln!("stap-rs-skip: {reason}");
+            return;
+        }
+    };
+    if !Path::new("/usr/bin/tail").exists() {
+        eprintln!("stap-rs-skip: no /usr/bin/tail to fill the cgroup");
+        return;
+    }
+    let tail = Path::new(env!("CARGO_TARGET_TMPDIR")).join("stapOomTail");
+    std::fs::copy("/usr/bin/tail", &tail).expect("copying tail");
+    let mut child = Command::new("sh")
+        .args([
+            "-c",
+            "read go; echo $$ > \"$1/cgroup.procs\"; exec \"$0\" /dev/zero",
+        ])
+        .arg(&tail)
+        .arg(&cgroup.dir)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting tail");
+    let pid = child.id().to_string();
+    let script = r#"probe vm.oom_kill {
+  if (task_pid(task) == $1) {
+    printf("oom_kill %s %s\n", name, task_execname(task))
+    exit()
+  }
+}"#;
+    let mut session = Session::start(&["-e", script, &pid]);
+    session.wait_ready();
+    {
+        use std::io::Write;
+        let mut go = child.stdin.take().expect("tail's stdin");
+        go.write_all(b"go\n").expect("starting tail");
+    }
+    let status = child.wait().expect("waiting for tail");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "tail ended with {status}"
+    );
+    let done = session.finish();
+    drop(cgroup);
+    assert_success(&done);
+    assert_eq!(
+        done.stdout.lines().collect::<Vec<_>>(),
+        ["oom_kill oom_kill stapOomTail"],
+        "stderr:\n{}",
+        done.stderr
+    );
 }
 
 /// process.thread.begin/.end and vm.kmem_cache_free: the trigger starts

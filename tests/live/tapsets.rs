@@ -286,6 +286,194 @@ probe scheduler.cpu_on {
     );
 }
 
+/// A one-cpu affinity mask.
+fn only_cpu(cpu: usize) -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is plain bits; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        set
+    }
+}
+
+/// scheduler.migrate and scheduler.wait_task (tracepoints: here and in
+/// the guests): a sleeper pinned to cpu 0 is moved to cpu 1 with
+/// sched_setaffinity, then ptrace-attached; reading its registers makes
+/// the kernel wait for it to be off its cpu (wait_task_inactive).
+#[test]
+fn scheduler_migrate_and_wait_task_follow_a_sleeper_we_move_and_trace() {
+    use std::os::unix::process::CommandExt;
+    let _one = serial();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("stap-rs-skip: one cpu: nothing to migrate to");
+        return;
+    }
+    let sleeper = renamed("/bin/sleep", "stapMigrate");
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", "read go; exec \"$0\" 1"])
+        .arg(&sleeper)
+        .stdin(std::process::Stdio::piped());
+    // SAFETY: sched_setaffinity on the child itself, between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let set = only_cpu(0);
+            match libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let mut child = command.spawn().expect("starting the sleeper");
+    let pid = child.id() as libc::pid_t;
+    let script = r#"global seen
+probe scheduler.migrate { if (pid == $1 && !seen["migrate"]++) printf("migrate %s %d %d %d %d\n", name, task_pid(task) == $1, cpu_from, cpu_to, priority) }
+probe scheduler.wait_task { if (task_pid == $1 && !seen["wait_task"]++) printf("wait_task %s %d\n", name, task_priority) }
+probe scheduler.process_exit { if (pid == $1) exit() }"#;
+    let pid_arg = pid.to_string();
+    let mut session = Session::start(&["-e", script, &pid_arg]);
+    session.wait_ready();
+    {
+        use std::io::Write;
+        let mut go = child.stdin.take().expect("the sleeper's stdin");
+        go.write_all(b"go\n").expect("starting the sleeper");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let priority = kernel_priority(&pid_arg);
+    let set = only_cpu(1);
+    // SAFETY: sched_setaffinity reads the mask of the size given.
+    let rc = unsafe { libc::sched_setaffinity(pid, std::mem::size_of_val(&set), &set) };
+    assert_eq!(rc, 0, "sched_setaffinity");
+    // ptrace's variadic address and data: pointer-sized, not int zeros.
+    const NONE: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: ptrace on our own child, with the arguments each request takes.
+    unsafe {
+        assert_eq!(
+            libc::ptrace(libc::PTRACE_ATTACH, pid, NONE, NONE),
+            0,
+            "PTRACE_ATTACH"
+        );
+        let mut status = 0;
+        assert_eq!(libc::waitpid(pid, &mut status, 0), pid, "waitpid");
+        let mut regs: libc::user_regs_struct = std::mem::zeroed();
+        let rc = libc::ptrace(libc::PTRACE_GETREGS, pid, 0, std::ptr::addr_of_mut!(regs));
+        assert_eq!(rc, 0, "PTRACE_GETREGS");
+        assert_eq!(
+            libc::ptrace(libc::PTRACE_DETACH, pid, NONE, NONE),
+            0,
+            "PTRACE_DETACH"
+        );
+    }
+    let status = child.wait().expect("waiting for the sleeper");
+    assert!(status.success(), "the sleeper failed: {status}");
+    let done = session.finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout.lines().collect::<Vec<_>>(),
+        [
+            format!("migrate migrate 1 0 1 {priority}"),
+            format!("wait_task wait_task {priority}"),
+        ],
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
+/// The kernel's priority of a task: /proc's stat field 18 is prio - 100.
+fn kernel_priority(pid: &str) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("reading stat");
+    let after_name = &stat[stat.rfind(')').expect("a comm") + 2..];
+    let prio: i64 = after_name
+        .split(' ')
+        .nth(15)
+        .expect("field 18")
+        .parse()
+        .expect("a number");
+    prio + 100
+}
+
+/// The transparent-hugepage mode, put back as it was on drop.
+struct HugepageMode {
+    was: String,
+}
+
+impl HugepageMode {
+    const PATH: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+
+    fn set(mode: &str) {
+        std::fs::write(Self::PATH, mode).unwrap_or_else(|e| panic!("setting THP {mode}: {e}"));
+    }
+}
+
+impl Drop for HugepageMode {
+    fn drop(&mut self) {
+        let _ = std::fs::write(Self::PATH, &self.was);
+    }
+}
+
+/// scheduler.kthread_stop and .return (tracepoints: here and in the
+/// guests): turning transparent hugepages off stops the khugepaged kernel
+/// thread with kthread_stop (the mode is put back afterwards).
+#[test]
+fn scheduler_kthread_stop_sees_khugepaged_stopped() {
+    let _one = serial();
+    let Ok(modes) = std::fs::read_to_string(HugepageMode::PATH) else {
+        eprintln!("stap-rs-skip: no transparent hugepages on this kernel (no khugepaged to stop)");
+        return;
+    };
+    let Some(was) = modes
+        .split_whitespace()
+        .find_map(|m| m.strip_prefix('[')?.strip_suffix(']'))
+    else {
+        panic!("no current mode in {modes:?}");
+    };
+    let restore = HugepageMode {
+        was: was.to_string(),
+    };
+    if was == "never" {
+        HugepageMode::set("madvise");
+    }
+    // khugepaged starts with the mode change; it may take a moment.
+    let mut khugepaged = None;
+    for _ in 0..50 {
+        khugepaged = std::fs::read_dir("/proc")
+            .expect("listing /proc")
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "khugepaged")
+            });
+        if khugepaged.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let Some(khugepaged) = khugepaged else {
+        eprintln!("stap-rs-skip: no khugepaged thread with transparent hugepages on");
+        return;
+    };
+    let priority = kernel_priority(&khugepaged);
+    let script = r#"global stopping
+probe scheduler.kthread_stop { if (thread_pid == $1) { stopping = 1; printf("kthread_stop %s %d\n", name, thread_priority) } }
+probe scheduler.kthread_stop.return { if (stopping) { printf("kthread_stop.return %s %d\n", name, return_value); exit() } }"#;
+    let mut session = Session::start(&["-e", script, &khugepaged]);
+    session.wait_ready();
+    HugepageMode::set("never");
+    let done = session.finish();
+    drop(restore);
+    assert_success(&done);
+    assert_eq!(
+        done.stdout.lines().collect::<Vec<_>>(),
+        [
+            format!("kthread_stop kthread_stop {priority}"),
+            "kthread_stop.return kthread_stop 0".to_string(),
+        ],
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
 #[test]
 fn function_backed_aliases_fail_clearly_without_function_probes() {
     if no_function_probes().is_none() {

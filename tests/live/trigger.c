@@ -32,6 +32,11 @@
  *   trigger NAME ifflags IFNAME      ioctl(SIOCGIFFLAGS) on IFNAME
  *   trigger NAME threads N           start N threads, each naming itself
  *                                    NAME-N, and join them
+ *   trigger NAME sigqueue            a POSIX timer delivers SIGUSR2 (queued
+ *                                    by the kernel), taken with sigwaitinfo
+ *   trigger NAME segv                a child whose SIGUSR1 handler runs on an
+ *                                    alternate stack it cannot write: the
+ *                                    kernel forces SIGSEGV on it
  * NAME becomes the process name (execname()) through prctl(PR_SET_NAME). */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -259,6 +264,50 @@ static int threads(const char *base, long n) {
     return 0;
 }
 
+/* A one-shot POSIX timer queues SIGUSR2 (blocked, then waited for). */
+static int timer_signal(void) {
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &usr2, NULL);
+    struct sigevent event;
+    memset(&event, 0, sizeof event);
+    event.sigev_notify = SIGEV_SIGNAL;
+    event.sigev_signo = SIGUSR2;
+    timer_t timer;
+    if (timer_create(CLOCK_MONOTONIC, &event, &timer) < 0) { perror("timer_create"); return 1; }
+    struct itimerspec when = {{0, 0}, {0, 10 * 1000 * 1000}};
+    if (timer_settime(timer, 0, &when, NULL) < 0) { perror("timer_settime"); return 1; }
+    siginfo_t info;
+    if (sigwaitinfo(&usr2, &info) != SIGUSR2 || info.si_code != SI_TIMER) return 1;
+    timer_delete(timer);
+    return 0;
+}
+
+static void never_runs(int sig) { (void)sig; }
+
+/* The kernel cannot write SIGUSR1's frame on an unwritable alternate stack,
+ * so it forces SIGSEGV (force_sigsegv); the child dies of it. */
+static int forced_segv(void) {
+    pid_t child = fork();
+    if (child < 0) { perror("fork"); return 1; }
+    if (child == 0) {
+        void *unwritable = mmap(NULL, 65536, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        stack_t alternate = {.ss_sp = unwritable, .ss_size = 65536, .ss_flags = 0};
+        if (unwritable == MAP_FAILED || sigaltstack(&alternate, NULL) < 0) _exit(3);
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = never_runs;
+        action.sa_flags = SA_ONSTACK;
+        sigaction(SIGUSR1, &action, NULL);
+        raise(SIGUSR1);
+        _exit(4);
+    }
+    int status;
+    if (waitpid(child, &status, 0) != child) return 1;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return usage();
     prctl(PR_SET_NAME, argv[1], 0, 0, 0);
@@ -273,5 +322,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[2], "family") == 0 && argc == 4) return families(argv[3]);
     if (strcmp(argv[2], "ifflags") == 0 && argc == 4) return interface_flags(argv[3]);
     if (strcmp(argv[2], "threads") == 0 && argc == 4) return threads(argv[1], atol(argv[3]));
+    if (strcmp(argv[2], "sigqueue") == 0 && argc == 3) return timer_signal();
+    if (strcmp(argv[2], "segv") == 0 && argc == 3) return forced_segv();
     return usage();
 }
