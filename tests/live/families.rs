@@ -790,7 +790,7 @@ fn forward_hooks_and_forwdatagrams_see_a_datagram_routed_between_namespaces() {
     let port = 20_000 + tag % 20_000;
     let mut script = String::from(
         r#"global seen
-probe netfilter.ipv4.forward { if (protocol == 17 && dport == $1 && !seen[name, pf]++) printf("ipv4.forward %s %s -> %s %d %s %s %d\n", pf, saddr, daddr, dport, indev_name, outdev_name, family) }
+probe netfilter.ipv4.forward { if (protocol == 17 && dport == $1 && !seen["ipv4", pf]++) printf("ipv4.forward %s %s -> %s %d %s %s %d\n", pf, saddr, daddr, dport, indev_name, outdev_name, family) }
 probe netfilter.ip.forward { if (protocol == 17 && dport == $1 && !seen["ip", pf]++) printf("ip.forward %s %s\n", pf, daddr) }
 "#,
     );
