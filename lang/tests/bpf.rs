@@ -301,6 +301,7 @@ fn maps_follow_the_layout() {
             sample_period: 4_000_000,
             frequency: false,
             every_cpu: true,
+            chain: Default::default(),
         }
     );
     for program in object.programs.iter().chain(&profile.programs) {
@@ -882,5 +883,73 @@ fn a_function_known_by_its_clones_attaches_to_each_clone() {
     assert!(
         matches!(attach.as_slice(), [AttachKind::Kprobe { function, .. }] if function == "tcp_close.isra.0"),
         "{attach:?}"
+    );
+}
+
+/// Each program's perf event and its place in a chain of programs sharing
+/// one event, a line per program, then the chain map's size.
+fn perf_sharing(script: &str) -> String {
+    let (module, map) = lower(script);
+    let object =
+        bpf::compile(&module, &options()).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let mut out = String::new();
+    for program in &object.programs {
+        let AttachKind::PerfEvent {
+            every_cpu, chain, ..
+        } = &program.attach
+        else {
+            continue;
+        };
+        let tail_calls = (0..program.insns.len())
+            .filter(|i| bpf::insn::disassemble(&program.insns, *i).contains("tail_call"))
+            .count();
+        out.push_str(&format!(
+            "probe {}: {}{} slot {:?} next {:?} ({tail_calls} tail call)\n",
+            program.probe,
+            program.attach.point_text(),
+            if *every_cpu { " every cpu" } else { "" },
+            chain.slot,
+            chain.next,
+        ));
+    }
+    for spec in object.maps.iter().filter(|m| m.role == MapRole::PerfChain) {
+        out.push_str(&format!(
+            "{}: type {} entries {}\n",
+            spec.name, spec.map_type, spec.max_entries
+        ));
+    }
+    out
+}
+
+#[test]
+fn perf_probes_with_one_event_share_it_in_script_order() {
+    // perf1.stp's pair (an explicit 1 ms period and the default), a third
+    // of the same, a different period, the same period as a frequency,
+    // and two timer.profile probes (every CPU): three chains.
+    let script = "global n\n\
+        probe perf.type(1).config(0).sample(1000000) { n++ }\n\
+        probe perf.type(1).config(0).sample(2000000) { n++ }\n\
+        probe perf.type(1).config(0) { n++ }\n\
+        probe perf.type(1).config(0).hz(1000000) { n++ }\n\
+        probe timer.profile { n++ }\n\
+        probe perf.type(1).config(0).sample(1000000) { printf(\"%s\\n\", pp()) }\n\
+        probe timer.profile { n++ }\n";
+    insta::assert_snapshot!(perf_sharing(script));
+}
+
+#[test]
+fn a_perf_chain_stays_within_the_kernel_tail_call_limit() {
+    let mut script = String::from("global n\n");
+    for _ in 0..40 {
+        script.push_str("probe perf.type(1).config(0).sample(5000000) { n++ }\n");
+    }
+    let listing = perf_sharing(&script);
+    let leaders = listing.lines().filter(|l| l.contains("slot None")).count();
+    let ends = listing.lines().filter(|l| l.contains("next None")).count();
+    // 40 programs: a chain of 32 and one of 8, each with its own event.
+    assert_eq!((leaders, ends), (2, 2), "{listing}");
+    assert!(
+        listing.ends_with("stap_perfchain: type 3 entries 38\n"),
+        "{listing}"
     );
 }

@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-use stap_lang::bpf::{AttachKind, Object};
+use stap_lang::bpf::{AttachKind, MapRole, Object, PerfChain};
 
 use crate::load::Loaded;
 use crate::sys::{self, PerfEvent};
@@ -289,11 +289,21 @@ pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError>
                 .map(|(event, link)| (vec![event], link))
                 .map_err(error)?,
             AttachKind::PerfEvent {
+                chain: PerfChain {
+                    slot: Some(slot), ..
+                },
+                ..
+            } => (
+                perf_chained(object, &loaded.maps, *slot, fd.as_fd()).map_err(error)?,
+                None,
+            ),
+            AttachKind::PerfEvent {
                 perf_type,
                 config,
                 sample_period,
                 frequency,
                 every_cpu,
+                ..
             } => {
                 let event = sampling_event(*perf_type, *config, *sample_period, *frequency);
                 (attached.sampling)
@@ -459,6 +469,33 @@ fn attach_order(object: &Object) -> Vec<usize> {
     order
 }
 
+/// Puts a program that runs from another probe's perf event
+/// ([`PerfChain`]) at its `slot` of the object's chain map (`maps`, by
+/// `Object::maps` index). The returned fd, a duplicate of the map's, keeps
+/// it there: the kernel empties a program array when its last user fd
+/// closes, so the chain lasts as long as this attachment.
+pub fn perf_chained(
+    object: &Object,
+    maps: &[OwnedFd],
+    slot: u32,
+    prog: BorrowedFd,
+) -> Result<Vec<OwnedFd>, String> {
+    use std::os::fd::AsRawFd;
+    let chain = object
+        .maps
+        .iter()
+        .position(|spec| spec.role == MapRole::PerfChain)
+        .and_then(|at| maps.get(at))
+        .ok_or("the object has no perf chain map")?;
+    let prog = prog.as_raw_fd() as u32;
+    sys::map_update(chain.as_fd(), &slot.to_ne_bytes(), &prog.to_ne_bytes(), 0)
+        .map_err(|e| format!("joining the shared perf event: {}", os_error(&e)))?;
+    let keep = chain
+        .try_clone()
+        .map_err(|e| format!("duplicating the perf chain map fd: {e}"))?;
+    Ok(vec![keep])
+}
+
 /// Attaches one loaded program; closing the returned fds detaches it.
 pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, String> {
     match kind {
@@ -476,6 +513,7 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             sample_period,
             frequency,
             every_cpu,
+            ..
         } => {
             let event = sampling_event(*perf_type, *config, *sample_period, *frequency);
             perf_event(prog, &event, *every_cpu, Switch::Now)

@@ -176,6 +176,7 @@ fn perf_cpu_clock_samples() {
             sample_period: 1_000_000,
             frequency: false,
             every_cpu: true,
+            chain: Default::default(),
         },
         || {
             let start = Instant::now();

@@ -502,3 +502,49 @@ fn perf_probes_of_one_period_fire_in_step_on_one_cpu() {
     let first = first.split([',', '-', '\n']).next().unwrap();
     assert_eq!(cpus, [format!("cpu {first}")], "{}", done.stdout);
 }
+
+#[test]
+fn perf_probes_of_one_event_share_it_in_script_order() {
+    let _one = serial();
+    // The first two probes have the same event (the default period is
+    // 1 ms), so one perf event runs both handlers per sample, in script
+    // order: the second always sees the first's mark of the same sample,
+    // and the two counts are equal by construction. The third (2 ms) has
+    // an event of its own. Each handler names its own probe point.
+    let script = "global first, second, in_order, third, names\n\
+         probe perf.type(1).config(0).sample(1000000) { first++; mark = 1; names[pp()] = 1 }\n\
+         probe perf.type(1).config(0) { second++; if (mark == 1) in_order++; mark = 0; names[pp()] = 1 }\n\
+         probe perf.type(1).config(0).sample(2000000) { third++; names[pn()] = 1 }\n\
+         global mark\n\
+         probe timer.ms(300) { exit() }\n\
+         probe end { printf(\"%d %d %d %d\\n\", first, second, in_order, third) foreach (n in names+) println(n) }\n";
+    let mut session = Session::start(&["-e", script]);
+    session.wait_ready();
+    let done = session.finish();
+    assert_success(&done);
+    let mut lines = done.stdout.lines();
+    let counts: Vec<u64> = lines
+        .next()
+        .unwrap_or_default()
+        .split(' ')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [first, second, in_order, third] = counts[..] else {
+        panic!("{}", done.stdout);
+    };
+    assert!(first > 0, "no sample: {}", done.stdout);
+    assert_eq!(first, second, "{}", done.stdout);
+    assert_eq!(in_order, second, "{}", done.stdout);
+    assert!(third > 0 && third < first, "{}", done.stdout);
+    let names: Vec<&str> = lines.collect();
+    assert_eq!(
+        names,
+        [
+            "perf.type(1).config(0)",
+            "perf.type(1).config(0).sample(1000000)",
+            "perf.type(1).config(0).sample(2000000)",
+        ],
+        "{}",
+        done.stdout
+    );
+}

@@ -3,15 +3,17 @@
 
 use hashbrown::HashMap;
 
+use super::TracepointMechanism;
 use super::btf::{BtfWriter, FuncInfo, INT_SIGNED, LineInfo, Linkage};
 use super::bulk;
+use super::dispatch::MAP_PROG_ARRAY;
 use super::emit::{self, FormatsIndex, MapIndex};
 use super::inline::inline_calls;
 use super::layout;
 use super::maps::*;
 use super::regex;
 use super::snprintf;
-use super::{AttachKind, MapRole, MapSpec, Object, Options, Program, TracepointMechanism};
+use super::{AttachKind, MapRole, MapSpec, Object, Options, PerfChain, Program};
 use crate::diag::Diagnostic;
 use crate::ir::{Function, Global, Inst, Module, Op, Reg, Storage, ValType, identity};
 use crate::ir::{FunctionMechanism, GlobalId, Placement, ProbeKind, ProcessTarget};
@@ -100,13 +102,14 @@ fn compile_in(
     if let Some((index, data)) = &mut formats {
         bulk_rows(&handlers, &mut shared, index, data);
     }
-    let index = MapIndex {
+    let mut index = MapIndex {
         globals,
         events: maps.len(),
         scratch: maps.len() + 1,
         counters: maps.len() + 2,
         control: maps.len() + 3,
         formats: formats.as_ref().map(|(index, _)| index.clone()),
+        perf_chain: None,
     };
     maps.push(fixed(
         "stap_events",
@@ -153,29 +156,54 @@ fn compile_in(
         maps.push(spec);
     }
 
+    // Per handler: how its program attaches (`None` when it is folded
+    // into another's or its kind has no kernel form).
+    let mut attaches: Vec<Option<AttachKind>> = handlers
+        .iter()
+        .zip(&shared)
+        .map(|((probe_index, _), share)| match share {
+            Share::Alone => match raw_syscall(module, options, *probe_index) {
+                Some((exit, event)) => Some(AttachKind::Syscall {
+                    exit,
+                    events: vec![event],
+                }),
+                None => {
+                    let kind = &module.probes[*probe_index].kind;
+                    attach_kind(
+                        kind,
+                        options
+                            .kernel
+                            .tracepoint_mechanism(*probe_index, options.tracepoint_mechanism),
+                        options.kernel.kprobe_multi && !is_contended(kind, &contended),
+                    )
+                }
+            },
+            Share::Leader(attach, _) => Some(attach.clone()),
+            Share::Folded => None,
+        })
+        .collect();
+    let chained = chain_perf_events(&mut attaches);
+    if chained > 0 {
+        index.perf_chain = Some(maps.len());
+        maps.push(fixed(
+            "stap_perfchain",
+            MAP_PROG_ARRAY,
+            4,
+            4,
+            chained,
+            MapRole::PerfChain,
+        ));
+    }
+
     let mut programs = Vec::new();
     let mut scratch_bytes = 8;
     for (position, (probe_index, function)) in handlers.iter().enumerate() {
         let probe_index = *probe_index;
         let probe = &module.probes[probe_index];
-        let attach = match &shared[position] {
-            Share::Alone => match raw_syscall(module, options, probe_index) {
-                Some((exit, event)) => Some(AttachKind::Syscall {
-                    exit,
-                    events: vec![event],
-                }),
-                None => attach_kind(
-                    &probe.kind,
-                    options
-                        .kernel
-                        .tracepoint_mechanism(probe_index, options.tracepoint_mechanism),
-                    options.kernel.kprobe_multi && !is_contended(&probe.kind, &contended),
-                ),
-            },
-            Share::Leader(attach, _) => Some(attach.clone()),
-            Share::Folded => continue,
-        };
-        let Some(attach) = attach else {
+        if matches!(shared[position], Share::Folded) {
+            continue;
+        }
+        let Some(attach) = attaches[position].take() else {
             diags.push(Diagnostic::unsupported(
                 format!("{} probes in the kernel", probe.kind.family()),
                 probe.span,
@@ -365,6 +393,58 @@ fn shared_kprobe_programs(
         }
     }
     shares
+}
+
+/// The most programs one perf event runs through tail calls: the kernel
+/// allows 33 tail calls per run (`MAX_TAIL_CALL_CNT`), and a chain of N
+/// programs makes N - 1. A longer group starts a second event.
+const MAX_PERF_CHAIN: usize = 32;
+
+/// Chains the perf-event programs whose events would be identical (the
+/// same type, config, period or frequency, and CPUs) so that they share
+/// one event ([`PerfChain`]): the first of each group, in script order,
+/// keeps the event and the others get consecutive slots of the chain map.
+/// Returns how many slots that map needs (0: no map).
+fn chain_perf_events(attaches: &mut [Option<AttachKind>]) -> u32 {
+    // The event a program opens: its attachment without its chain place.
+    let event = |attach: &Option<AttachKind>| match attach {
+        Some(AttachKind::PerfEvent {
+            perf_type,
+            config,
+            sample_period,
+            frequency,
+            every_cpu,
+            ..
+        }) => Some((*perf_type, *config, *sample_period, *frequency, *every_cpu)),
+        _ => None,
+    };
+    let mut groups: Vec<(_, Vec<usize>)> = Vec::new();
+    for (position, attach) in attaches.iter().enumerate() {
+        let Some(key) = event(attach) else { continue };
+        match groups
+            .iter_mut()
+            .find(|(k, members)| *k == key && members.len() < MAX_PERF_CHAIN)
+        {
+            Some((_, members)) => members.push(position),
+            None => groups.push((key, vec![position])),
+        }
+    }
+    let mut slots = 0u32;
+    for (_, members) in groups.iter().filter(|(_, members)| members.len() > 1) {
+        // Members after the first take slots `first..first + len - 1`.
+        let first = slots;
+        slots += members.len() as u32 - 1;
+        for (rank, at) in members.iter().enumerate() {
+            let rank = rank as u32;
+            if let Some(AttachKind::PerfEvent { chain, .. }) = &mut attaches[*at] {
+                *chain = PerfChain {
+                    slot: (rank > 0).then(|| first + rank - 1),
+                    next: (rank + 1 < members.len() as u32).then_some(first + rank),
+                };
+            }
+        }
+    }
+    slots
 }
 
 /// A `syscalls:` probe that runs on the raw `sys_enter`/`sys_exit`
@@ -932,6 +1012,7 @@ fn attach_kind(
             sample_period: *sample_period,
             frequency: *frequency,
             every_cpu: false,
+            chain: PerfChain::default(),
         },
         ProbeKind::TimerProfile => AttachKind::PerfEvent {
             perf_type: PERF_TYPE_SOFTWARE,
@@ -939,6 +1020,7 @@ fn attach_kind(
             sample_period: PROFILE_PERIOD_NS,
             frequency: false,
             every_cpu: true,
+            chain: PerfChain::default(),
         },
         ProbeKind::Process {
             path,

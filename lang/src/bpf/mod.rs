@@ -178,6 +178,8 @@ pub enum AttachKind {
         /// `.sample(N)` of the CPU clock fires as a timer would, once per
         /// period rather than once per period and CPU.
         every_cpu: bool,
+        /// Its place among the programs sharing this event, if others do.
+        chain: PerfChain,
     },
     Uprobe {
         path: String,
@@ -235,6 +237,23 @@ pub enum AttachKind {
         hooknum: u32,
         priority: i32,
     },
+}
+
+/// Where a perf-event program sits among the handlers of probes that share
+/// one perf event (the same type, config, period and CPUs: perf1.stp's
+/// `perf.type(1).config(0).sample(1000000)` and `perf.type(1).config(0)`).
+/// The first is attached to the event; each of the others is put at its
+/// `slot` of the object's [`MapRole::PerfChain`] program array, and every
+/// program but the last tail-calls the `next` slot when it is done. So
+/// each sample runs every sharing probe's handler once, in script order,
+/// and the probes count the same samples on any kernel, however late the
+/// timer interrupt comes (a perf event runs at most one program).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PerfChain {
+    /// `None` for the program attached to the event itself.
+    pub slot: Option<u32>,
+    /// The slot to tail-call once this handler is done.
+    pub next: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -312,4 +331,9 @@ pub enum MapRole {
     /// write these bytes as entry 0 and then `BPF_MAP_FREEZE` the map
     /// before loading any program (the verifier reads the formats).
     Formats(Vec<u8>),
+    /// `BPF_MAP_TYPE_PROG_ARRAY` of the programs that run from a perf
+    /// event another program is attached to ([`PerfChain`]): the attacher
+    /// puts each at its slot and keeps the map open while they run (the
+    /// kernel empties a program array when its last user fd closes).
+    PerfChain,
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object};
+use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object, PerfChain};
 use stap_lang::ir;
 use stap_lang::ir::GlobalId;
 
@@ -175,7 +175,7 @@ impl KernelState {
                     .scratch
                     .as_ref()
                     .filter(|old| same_shape(&old.spec, spec, true)),
-                MapRole::Events | MapRole::Formats(_) => None,
+                MapRole::Events | MapRole::Formats(_) | MapRole::PerfChain => None,
             };
             if let Some(old) = existing
                 && !same_shape(&old.spec, spec, matches!(spec.role, MapRole::Scratch))
@@ -212,7 +212,17 @@ impl KernelState {
         let mut links = Vec::new();
         for (index, fd) in &loaded.programs {
             let program = &object.programs[*index];
-            let attached = attach::attach_one(&program.attach, fd.as_fd()).map_err(|reason| {
+            let attached = match &program.attach {
+                AttachKind::PerfEvent {
+                    chain:
+                        PerfChain {
+                            slot: Some(slot), ..
+                        },
+                    ..
+                } => attach::perf_chained(object, &loaded.maps, *slot, fd.as_fd()),
+                other => attach::attach_one(other, fd.as_fd()),
+            };
+            let attached = attached.map_err(|reason| {
                 AddError::Attach(attach::AttachError {
                     program: *index,
                     probe: program.attach.point_text(),
@@ -251,7 +261,8 @@ impl KernelState {
                     generation,
                 }),
                 // Programs hold their own reference to the formats.
-                MapRole::Events | MapRole::Formats(_) => {}
+                // Programs hold the chain map through their attachment.
+                MapRole::Events | MapRole::Formats(_) | MapRole::PerfChain => {}
             }
         }
         for ((index, program), links) in loaded.programs.into_iter().zip(links) {

@@ -77,6 +77,8 @@ pub(super) struct MapIndex {
     pub counters: usize,
     pub control: usize,
     pub formats: Option<FormatsIndex>,
+    /// The program array of perf-event handlers sharing one event.
+    pub perf_chain: Option<usize>,
 }
 
 /// Where each `bpf_snprintf` format sits in the formats map's value.
@@ -299,6 +301,10 @@ fn emit_handler<'a>(
         n,
         stride,
         maps,
+        chain_next: match attach {
+            AttachKind::PerfEvent { chain, .. } => chain.next,
+            _ => None,
+        },
         context: context_style(
             &probe.kind,
             attach,
@@ -501,6 +507,8 @@ struct Emitter<'a> {
     n: u32,
     stride: u32,
     maps: &'a MapIndex,
+    /// The chain slot to tail-call at the exit (`PerfChain::next`).
+    chain_next: Option<u32>,
     context: ContextStyle,
     /// What a raw system call program checks first (`ContextStyle::Syscall`):
     /// the ia32 flag, then the call number against these.
@@ -951,6 +959,7 @@ impl Emitter<'_> {
             self.push(Insn::store(DW, R1, (COUNTER_DEPTH * 8) as i16, R2));
         }
         self.bind(bail);
+        self.tail_call_next_handler();
         let kind = &self.module.probes[self.probe as usize].kind;
         self.push(Insn::mov_imm(R0, return_value(kind)));
         self.push(Insn::exit());
@@ -958,6 +967,20 @@ impl Emitter<'_> {
         self.emit_clear_callback();
         self.emit_flush_sub();
         self.emit_byte_loops();
+    }
+
+    /// On every way out of a handler that shares its perf event with later
+    /// probes' (`PerfChain`): run the next one, with this run's context.
+    /// A tail call that fails (no program in the slot) falls through to
+    /// the exit.
+    fn tail_call_next_handler(&mut self) {
+        let (Some(map), Some(next)) = (self.maps.perf_chain, self.chain_next) else {
+            return;
+        };
+        self.push(Insn::load(DW, R1, FP, FRAME_CTX));
+        self.ld_map(R2, map);
+        self.push(Insn::mov_imm(R3, next as i32));
+        self.call(helper::TAIL_CALL);
     }
 
     /// Emits `order`'s blocks in one BPF function; jumps go to `labels`.
