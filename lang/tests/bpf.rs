@@ -526,10 +526,11 @@ fn listing_printf_copies_memory_into_the_record() {
     let object =
         bpf::compile(&module, &options()).unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
     let listing = bpf::listing(&object, &map);
-    // $id's own read, then %.4m's and %.*M's.
+    // %.4m's and %.*M's reads (execname()'s padding to MAXSTRINGLEN 64
+    // is a few stores, not a helper call).
     assert_eq!(
         listing.matches("call probe_read_kernel#").count(),
-        3,
+        2,
         "{listing}"
     );
     assert_eq!(

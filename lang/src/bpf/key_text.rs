@@ -21,7 +21,7 @@ use hashbrown::HashMap;
 
 use crate::ir::{Function, GlobalId, IterId, Module, Op, Reg, Storage, ValType};
 
-use super::regalloc::op_defs;
+use super::regalloc::{op_defs, op_uses, term_uses};
 
 /// The longest text `execname()` returns (TASK_COMM_LEN - 1).
 const EXECNAME_MAX: u32 = 15;
@@ -91,6 +91,47 @@ fn key_bounds(module: &Module, max_text: u32) -> Vec<Bound> {
         globals = next;
     }
     vec![None; module.globals.len()]
+}
+
+/// How many bytes of each string register its uses can read (0 for
+/// longs and unused registers).
+///
+/// A key part reads its global's key text bytes and no more (`write_key`
+/// copies just those); every other use (a copy, a compare, output, a call
+/// argument) may read the whole MAXSTRINGLEN slot. So a definition whose
+/// register only ever becomes a narrow key need only write and NUL-pad
+/// that many bytes: `execname()` as a 16-byte key zeroes nothing past the
+/// helper's 16.
+pub fn string_read_widths(module: &Module, function: &Function, max_string_len: u32) -> Vec<u32> {
+    let mut widths = vec![0; function.regs.len()];
+    let mut read = |reg: Reg, bytes: u32| {
+        if function.reg_type(reg) == ValType::Str {
+            let width = &mut widths[reg.0 as usize];
+            *width = (*width).max(bytes);
+        }
+    };
+    for block in &function.blocks {
+        for inst in &block.insts {
+            let mut whole = op_uses(&inst.op);
+            if let Some((global, keys)) = key_access(&inst.op) {
+                let text = module.global(global).key_text_bytes(max_string_len);
+                for key in keys {
+                    read(*key, text.min(max_string_len));
+                    // The same register as the stored value is read whole.
+                    if let Some(at) = whole.iter().position(|r| r == key) {
+                        whole.swap_remove(at);
+                    }
+                }
+            }
+            for reg in whole {
+                read(reg, max_string_len);
+            }
+        }
+        for reg in term_uses(&block.term) {
+            read(reg, max_string_len);
+        }
+    }
+    widths
 }
 
 /// The global and key registers of an op that looks an element up by key.
@@ -248,6 +289,55 @@ mod tests {
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("no global {name}"))
             .1
+    }
+
+    /// What the uses of each `execname()` result read, in program order.
+    fn execname_widths(script: &str) -> Vec<u32> {
+        let (mut module, _) = lower_script(script, &FakeKernel::new());
+        narrow_string_keys(&mut module);
+        let mut widths = Vec::new();
+        for function in &module.functions {
+            let read = string_read_widths(&module, function, 512);
+            for block in &function.blocks {
+                for inst in &block.insts {
+                    if let Op::Builtin {
+                        dst: Some(dst),
+                        name,
+                        ..
+                    } = &inst.op
+                        && name == "execname"
+                    {
+                        widths.push(read[dst.0 as usize]);
+                    }
+                }
+            }
+        }
+        widths
+    }
+
+    #[test]
+    fn a_narrow_key_reads_only_its_key_text() {
+        let script = r#"global c
+            probe kernel.trace("kfree_skb") { c[execname()]++ }"#;
+        assert_eq!(execname_widths(script), [16]);
+        // Stored as a value, printed or compared, a text is read whole.
+        let script = r#"global c, d
+            probe kernel.trace("kfree_skb") {
+                c[execname()] = execname()
+                println(execname())
+                if (execname() == "init") d[execname()] <<< 1
+            }"#;
+        assert_eq!(execname_widths(script), [16, 512, 512, 512, 16]);
+    }
+
+    #[test]
+    fn a_full_size_key_reads_the_whole_slot() {
+        let script = r#"global c
+            probe kernel.trace("kfree_skb") {
+                c[execname()]++
+                c[kernel_string($skb)]++
+            }"#;
+        assert_eq!(execname_widths(script), [512]);
     }
 
     #[test]

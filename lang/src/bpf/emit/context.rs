@@ -357,16 +357,13 @@ impl Emitter<'_> {
             }
             "execname" => {
                 let Some(dst) = dst else { return };
-                // The helper NUL-pads its 16 bytes; the rest is zeroed.
+                // The helper NUL-pads its 16 bytes; the rest is zeroed as
+                // far as a use reads it (none past 16 for a 16-byte key).
                 let comm = self.n.min(16);
                 self.str_addr(dst, R1);
                 self.push(Insn::mov_imm(R2, comm as i32));
                 self.call(helper::GET_CURRENT_COMM);
-                if self.n > comm {
-                    self.str_addr(dst, R1);
-                    self.push(Insn::alu64_imm(insn::ADD, R1, comm as i32));
-                    self.call_memset(self.n - comm);
-                }
+                self.zero_str_bytes(dst, comm, self.str_width(dst));
             }
             "kernel_string" | "kernel_string2" | "kernel_string_n" | "user_string"
             | "user_string_n" => {

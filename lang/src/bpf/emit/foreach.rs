@@ -568,11 +568,7 @@ impl Emitter<'_> {
                     self.push(Insn::alu64_imm(insn::ADD, R3, offset as i32));
                 }
                 self.call_memcpy(text_bytes);
-                if text_bytes < self.n {
-                    self.str_addr(reg, R1);
-                    self.push(Insn::alu64_imm(insn::ADD, R1, text_bytes as i32));
-                    self.call_memset(self.n - text_bytes);
-                }
+                self.zero_str_bytes(reg, text_bytes, self.str_width(reg));
             }
         }
     }

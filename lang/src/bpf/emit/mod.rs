@@ -300,6 +300,7 @@ fn emit_handler<'a>(
         probe: probe_index as u32,
         n,
         stride,
+        str_widths: super::key_text::string_read_widths(module, function, n),
         maps,
         chain_next: match attach {
             AttachKind::PerfEvent { chain, .. } => chain.next,
@@ -506,6 +507,10 @@ struct Emitter<'a> {
     /// MAXSTRINGLEN.
     n: u32,
     stride: u32,
+    /// Per string register, the bytes its uses can read
+    /// (`key_text::string_read_widths`): how far a definition must write
+    /// and NUL-pad.
+    str_widths: Vec<u32>,
     maps: &'a MapIndex,
     /// The chain slot to tail-call at the exit (`PerfChain::next`).
     chain_next: Option<u32>,
@@ -699,6 +704,26 @@ impl Emitter<'_> {
         }
     }
 
+    /// The handler's start: only longs that some path reads before
+    /// writing (live at entry, `regalloc`) need their 0; every other
+    /// register is written on each path before any read, so the verifier
+    /// never sees it uninitialised.
+    fn zero_entry_live_longs(&mut self) {
+        let mut zeroed = [false; 10];
+        for reg in self.alloc.entry_live.clone() {
+            match self.alloc.location(reg) {
+                Location::Register(machine) if !zeroed[machine as usize] => {
+                    zeroed[machine as usize] = true;
+                    self.push(Insn::mov_imm(machine, 0));
+                }
+                Location::Spill(slot) => {
+                    self.push(Insn::store_imm(DW, FP, Self::spill_offset(slot), 0));
+                }
+                _ => {}
+            }
+        }
+    }
+
     fn spill_offset(slot: u32) -> i16 {
         -(FRAME_FIXED_BYTES as i16) - 8 - 8 * slot as i16
     }
@@ -752,6 +777,31 @@ impl Emitter<'_> {
             _ => 0,
         };
         self.scratch_addr(into, slot * self.stride);
+    }
+
+    /// Bytes of string register `reg` that a definition must write: what
+    /// its uses read, at most MAXSTRINGLEN.
+    fn str_width(&self, reg: Reg) -> u32 {
+        let width = self.str_widths.get(reg.0 as usize).copied();
+        width.unwrap_or(self.n).min(self.n)
+    }
+
+    /// Zeroes bytes `from..to` of string register `reg`'s slot (`from` a
+    /// multiple of 8): a few stores when short, else one helper call.
+    fn zero_str_bytes(&mut self, reg: Reg, from: u32, to: u32) {
+        if to <= from {
+            return;
+        }
+        self.str_addr(reg, R1);
+        if to - from <= SMALL_BYTES && from.is_multiple_of(8) {
+            // Whole words: the slot is `stride` bytes, a multiple of 8.
+            for at in (from..to).step_by(8) {
+                self.push(Insn::store_imm(DW, R1, at as i16, 0));
+            }
+        } else {
+            self.push(Insn::alu64_imm(insn::ADD, R1, from as i32));
+            self.call_memset(to - from);
+        }
     }
 
     /// `memset(r1, 0, size)`: a probe read from address 0 faults and the
@@ -1028,8 +1078,15 @@ impl Emitter<'_> {
         self.ld_map_value(R1, self.maps.control, (maps::CONTROL_RUN * 8) as i32);
         self.push(Insn::load(DW, R1, R1, 0));
         self.jump(Insn::jump_imm(insn::JNE, R1, 1, 0), bail);
-        self.push(Insn::store_imm(DW, FP, FRAME_TICKS, 0));
-        self.zero_registers_and_spills();
+        // The MAXACTION count, if anything counts: a loop's `Tick` or a
+        // kernel `foreach`, which carries the count into its callback.
+        let counts_ticks = !self.regions.is_empty()
+            || (self.function.blocks.iter())
+                .any(|block| block.insts.iter().any(|inst| matches!(inst.op, Op::Tick)));
+        if counts_ticks {
+            self.push(Insn::store_imm(DW, FP, FRAME_TICKS, 0));
+        }
+        self.zero_entry_live_longs();
         if self.scratch.size == 0 {
             return;
         }

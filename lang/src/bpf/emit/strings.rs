@@ -7,10 +7,12 @@ use super::*;
 
 impl Emitter<'_> {
     pub(super) fn const_str(&mut self, dst: Reg, text: &str) {
-        self.str_addr(dst, R1);
-        self.call_memset(self.n);
         let bytes = text.as_bytes();
         let bytes = &bytes[..bytes.len().min(self.n as usize - 1)];
+        // The text in whole words (the last one NUL-padded), then zeros as
+        // far as a use reads (`str_width`).
+        let words = bytes.len().div_ceil(8) as u32;
+        self.zero_str_bytes(dst, words * 8, self.str_width(dst));
         if bytes.is_empty() {
             return;
         }
