@@ -136,11 +136,18 @@ fn syscall_any_names_the_call_and_its_number() {
 /// `syscall_any.return` names the call, its number and its value.
 #[test]
 fn syscall_synonyms_and_syscall_any_return_report_an_openat() {
+    const SYNONYMS: [&str; 5] = [
+        "dw_syscall",
+        "nd_syscall",
+        "nd1_syscall",
+        "nd2_syscall",
+        "tp_syscall",
+    ];
     let _one = serial();
     let trigger = build("trigger");
     let path = probe_path("synonyms");
     let mut script = String::from("global seen\n");
-    for family in ["nd_syscall", "nd1_syscall", "nd2_syscall", "tp_syscall"] {
+    for family in SYNONYMS {
         script.push_str(&format!(
             r#"probe {family}.openat {{
   if (execname() == "stapSysSyn" && filename_unquoted == "{path}" && !seen["{family}"]++)
@@ -168,7 +175,7 @@ probe timer.ms(100) { if (seen["any"] && seen["tp_syscall.return"]) exit() }
     assert_success(&done);
     let lines: Vec<&str> = done.stdout.lines().collect();
     let mut expected = Vec::new();
-    for family in ["nd_syscall", "nd1_syscall", "nd2_syscall", "tp_syscall"] {
+    for family in SYNONYMS {
         expected.push(format!(
             "{family} openat O_WRONLY|O_CREAT|O_TRUNC|O_CLOEXEC S_IRUSR|S_IWUSR|S_IRGRP"
         ));

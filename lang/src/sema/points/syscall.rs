@@ -1,6 +1,6 @@
 //! `syscall.NAME` and `syscall.NAME.return` for every system call of the
-//! running kernel, and stap's synonyms `nd_syscall`, `nd1_syscall`,
-//! `nd2_syscall` and `tp_syscall`.
+//! running kernel, and stap's synonyms `dw_syscall`, `nd_syscall`,
+//! `nd1_syscall`, `nd2_syscall` and `tp_syscall`.
 //!
 //! The stdlib (stdlib/syscall/) defines the most-used calls as aliases with
 //! stap's own variables and decoded strings. Every other call the kernel
@@ -25,8 +25,14 @@ use crate::source::{Span, Spanned};
 pub(super) const NAMES: &[&str] = &["syscall", "syscall.return"];
 
 /// Families stap defines with the same variables as `syscall.*` (its
-/// non-DWARF kprobe and tracepoint flavours): here, one family.
-const SYNONYMS: &[&str] = &["nd_syscall", "nd1_syscall", "nd2_syscall", "tp_syscall"];
+/// DWARF, non-DWARF kprobe and tracepoint flavours): here, one family.
+const SYNONYMS: &[&str] = &[
+    "dw_syscall",
+    "nd_syscall",
+    "nd1_syscall",
+    "nd2_syscall",
+    "tp_syscall",
+];
 
 /// `nd_syscall.open` as `syscall.open`: the synonyms have the same
 /// variables, and our `syscall.*` already prefers tracepoints.
