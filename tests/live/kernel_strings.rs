@@ -241,3 +241,52 @@ fn ctime_values_in_a_tracepoint_match_the_host() {
         done.stdout
     );
 }
+
+/// `text_strn(s, len, quoted)` in a tracepoint over a path with a tab and
+/// a quote: bounded, quoted, cut short (`"...` over the last bytes, as
+/// stap backs up, even into an escape), and with `len` 0 or negative (the
+/// whole string), each the same as the host computes from the same string
+/// in the end probe.
+#[test]
+fn text_strn_in_a_tracepoint_matches_the_host() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kstrn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("a\t\"b");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global base
+           function variants(s) {
+             return sprintf("%s|%s|%s|%s|%s|%s", text_strn(s, 0, 0), text_strn(s, 5, 0),
+                            text_strn(s, 7, 1), text_strn(s, 2, 1), text_strn(s, -3, 1),
+                            text_strn(s, 100, 1))
+           }
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKStrn") next
+             f = user_string($filename)
+             if (!isinstr(f, "stap-rs-kstrn-") || !isinstr(f, ".missing")) next
+             base = substr(f, strpos(f, "/a") + 1, 100)
+             printf("kernel %s\n", variants(base))
+             exit()
+           }
+           probe end { printf("host %s\n", variants(base)) }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKStrn", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let line = |side: &str| {
+        done.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{side} ")))
+            .unwrap_or_else(|| panic!("no {side} line in:\n{}", done.stdout))
+            .to_string()
+    };
+    let whole = r#"a\t\"b.missing"#;
+    let expected = format!(r#"{whole}|a\t\"|"a\"...|""...|"{whole}"|"{whole}""#);
+    assert_eq!(line("kernel"), expected, "{}", done.stdout);
+    assert_eq!(line("host"), expected, "{}", done.stdout);
+}

@@ -290,7 +290,7 @@ const BUILTINS: &[Builtin] = &[
     host_only("tokenize", &[S, S], STRING, "Next token of a string split on delimiters; empty input continues the last string"),
     both("text_str", &[S], STRING, "String with non-printable characters escaped"),
     host_only("string_quoted", &[S], STRING, "String quoted, with non-printable characters escaped"),
-    host_only("text_strn", &[S, L, L], STRING, "String with non-printable characters escaped, at most len bytes, optionally quoted"),
+    both("text_strn", &[S, L, L], STRING, "String with non-printable characters escaped, at most len bytes, optionally quoted"),
     both("strtol", &[S, L], LONG, "Parse a string as an integer in the given base (0: by its prefix)"),
     both("isdigit", &[S], LONG, "1 if the string starts with an ASCII digit"),
     both("abs", &[L], LONG, "Absolute value"),

@@ -499,6 +499,11 @@ impl Emitter<'_> {
                     self.text_str(dst, *s);
                 }
             }
+            "text_strn" => {
+                if let (Some(dst), [s, len, quoted]) = (dst, args) {
+                    self.text_strn(dst, *s, *len, *quoted);
+                }
+            }
             "regex_match" => {
                 if let (Some(dst), [s, pattern]) = (dst, args) {
                     self.regex_match(dst, *s, *pattern);

@@ -345,6 +345,12 @@ impl Emitter<'_> {
         self.scratch_addr(R1, self.loop_slot(0));
         self.push(Insn::store_imm(DW, R1, 0, first));
         self.push(Insn::store_imm(DW, R1, -8, 0));
+        self.call_loop(body);
+        true
+    }
+
+    /// The `bpf_loop` call of `start_loop`, its slots already set.
+    fn call_loop(&mut self, body: ByteLoop) {
         let callback = self.new_label();
         self.byte_loops.push((callback, self.span, body));
         self.push(Insn::mov_imm(R1, self.n as i32 - 1));
@@ -354,7 +360,6 @@ impl Emitter<'_> {
         self.frame_ptr(R3, FRAME_SCRATCH);
         self.push(Insn::mov_imm(R4, 0));
         self.call(helper::LOOP);
-        true
     }
 
     /// A loop building a string in the zeroed work space from length 0
@@ -383,7 +388,7 @@ impl Emitter<'_> {
             let stop = self.new_label();
             let more = self.new_label();
             match body {
-                ByteLoop::TextStr { s } => self.text_str_round(s, stop, more),
+                ByteLoop::TextStr { s, bounded } => self.text_str_round(s, bounded, stop, more),
                 ByteLoop::Find { s, needle, strpos } => {
                     self.find_round(s, &needle, strpos, stop, more)
                 }
@@ -484,17 +489,110 @@ impl Emitter<'_> {
     /// other byte. An escape that would not fit in MAXSTRINGLEN - 1 bytes
     /// ends the text before it, as in stap.
     pub(super) fn text_str(&mut self, dst: Reg, s: Reg) {
-        self.byte_loop(dst, ByteLoop::TextStr { s });
+        self.byte_loop(dst, ByteLoop::TextStr { s, bounded: false });
+    }
+
+    /// `text_strn(s, len, quoted)` with the host's rules (`runtime::host`
+    /// `text_strn`, stap's `_stp_text_str`): the `text_str` loop with the
+    /// escapes bounded by `len` (0, negative or past MAXSTRINGLEN - 1:
+    /// that) at a run-time end kept in slot 2; `quoted` writes the quotes
+    /// within the bound (at least 5), and a text cut short (the walk
+    /// stopped before a NUL with input left) ends in `"...` at the bound.
+    pub(super) fn text_strn(&mut self, dst: Reg, s: Reg, len: Reg, quoted: Reg) {
+        if self.stride < 32 {
+            self.unsupported("text_strn() in a kernel probe with MAXSTRINGLEN below 32");
+            return;
+        }
+        let limit = self.n as i32 - 1;
+        let temp = self.scratch.temp;
+        let slots = self.loop_slot(0);
+        self.scratch_addr(R1, temp);
+        self.call_memset(self.n);
+        // The room, r3: `len` when 0 < len <= limit, else the limit.
+        let room = self.operand(len, R3);
+        if room != R3 {
+            self.push(Insn::mov_reg(R3, room));
+        }
+        let clamp = self.new_label();
+        let sized = self.new_label();
+        self.jump(Insn::jump_imm(insn::JSLE, R3, 0, 0), clamp);
+        self.jump(Insn::jump_imm(insn::JSLE, R3, limit, 0), sized);
+        self.bind(clamp);
+        self.push(Insn::mov_imm(R3, limit));
+        self.bind(sized);
+        self.scratch_addr(R1, slots);
+        self.push(Insn::store(DW, R1, -16, R3));
+        self.push(Insn::store_imm(DW, R1, 0, 0));
+        let q = self.operand(quoted, R4);
+        self.scratch_addr(R1, slots);
+        self.push(Insn::store(DW, R1, -24, q));
+        let plain = self.new_label();
+        self.jump(Insn::jump_imm(insn::JEQ, q, 0, 0), plain);
+        // Quoted: the opening quote, then max(room, 5) - 2 bytes of text.
+        let roomy = self.new_label();
+        self.push(Insn::load(DW, R3, R1, -16));
+        self.jump(Insn::jump_imm(insn::JGE, R3, 5, 0), roomy);
+        self.push(Insn::mov_imm(R3, 5));
+        self.bind(roomy);
+        self.push(Insn::alu64_imm(insn::SUB, R3, 1));
+        self.push(Insn::store(DW, R1, -16, R3));
+        self.push(Insn::store_imm(DW, R1, 0, 1));
+        self.scratch_addr(R5, temp);
+        self.push(Insn::store_imm(B, R5, 0, b'"' as i32));
+        self.bind(plain);
+        self.scratch_addr(R1, slots);
+        self.push(Insn::store_imm(DW, R1, -8, 0));
+        self.call_loop(ByteLoop::TextStr { s, bounded: true });
+        // The closing quote, or `"...` where the walk stopped early.
+        let done = self.new_label();
+        let closed = self.new_label();
+        self.scratch_addr(R1, slots);
+        self.push(Insn::load(DW, R4, R1, -24));
+        self.jump(Insn::jump_imm(insn::JEQ, R4, 0, 0), done);
+        self.push(Insn::load(DW, R2, R1, -8));
+        self.jump(Insn::jump_imm(insn::JGE, R2, limit, 0), closed);
+        self.str_addr(s, R5);
+        self.push(Insn::alu64_reg(insn::ADD, R5, R2));
+        self.push(Insn::load(B, R4, R5, 0));
+        self.jump(Insn::jump_imm(insn::JEQ, R4, 0, 0), closed);
+        self.push(Insn::load(DW, R3, R1, -16));
+        self.push(Insn::alu64_imm(insn::SUB, R3, 3));
+        self.jump(Insn::jump_imm(insn::JGT, R3, limit - 4, 0), done);
+        self.scratch_addr(R5, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R5, R3));
+        for (at, byte) in [(0i16, b'"'), (1, b'.'), (2, b'.'), (3, b'.')] {
+            self.push(Insn::store_imm(B, R5, at, byte as i32));
+        }
+        self.goto(done);
+        self.bind(closed);
+        self.push(Insn::load(DW, R3, R1, 0));
+        self.jump(Insn::jump_imm(insn::JGE, R3, limit, 0), done);
+        self.scratch_addr(R5, temp);
+        self.push(Insn::alu64_reg(insn::ADD, R5, R3));
+        self.push(Insn::store_imm(B, R5, 0, b'"' as i32));
+        self.bind(done);
+        self.str_addr(dst, R1);
+        self.scratch_addr(R3, temp);
+        self.call_memcpy(self.n);
     }
 
     /// One round of `text_str`: input byte i (slot 1) escaped. r2 the
     /// index, r4 the byte, r3 the length, r1 (the length's address) and
-    /// r5 addresses.
-    fn text_str_round(&mut self, s: Reg, stop: Label, more: Label) {
+    /// r5 addresses. `bounded` (`text_strn`): an escape that would take
+    /// the length past the end in slot 2 stops the walk too.
+    fn text_str_round(&mut self, s: Reg, bounded: bool, stop: Label, more: Label) {
         let last = self.n as i32 - 1;
         let temp = self.scratch.temp;
         let next = self.new_label();
         let octal = self.new_label();
+        let past_end = |this: &mut Self, width: i32| {
+            if bounded {
+                this.push(Insn::mov_reg(R0, R3));
+                this.push(Insn::alu64_imm(insn::ADD, R0, width));
+                this.push(Insn::load(DW, R5, R1, -16));
+                this.jump(Insn::jump_reg(insn::JGT, R0, R5, 0), stop);
+            }
+        };
         self.scratch_addr(R1, self.loop_slot(1));
         self.push(Insn::load(DW, R2, R1, 0));
         self.jump(Insn::jump_imm(insn::JGE, R2, last, 0), stop);
@@ -519,6 +617,7 @@ impl Emitter<'_> {
         for (byte, letter) in ESCAPES {
             let other = self.new_label();
             self.jump(Insn::jump_imm(insn::JNE, R4, byte as i32, 0), other);
+            past_end(self, 2);
             self.jump(Insn::jump_imm(insn::JGE, R3, last - 1, 0), stop);
             self.scratch_addr(R5, temp);
             self.push(Insn::alu64_reg(insn::ADD, R5, R3));
@@ -530,6 +629,7 @@ impl Emitter<'_> {
         }
         self.jump(Insn::jump_imm(insn::JLT, R4, 0x20, 0), octal);
         self.jump(Insn::jump_imm(insn::JGT, R4, 0x7e, 0), octal);
+        past_end(self, 1);
         self.jump(Insn::jump_imm(insn::JGE, R3, last, 0), stop);
         self.scratch_addr(R5, temp);
         self.push(Insn::alu64_reg(insn::ADD, R5, R3));
@@ -537,6 +637,7 @@ impl Emitter<'_> {
         self.push(Insn::alu64_imm(insn::ADD, R3, 1));
         self.goto(next);
         self.bind(octal);
+        past_end(self, 4);
         self.jump(Insn::jump_imm(insn::JGE, R3, last - 3, 0), stop);
         self.scratch_addr(R5, temp);
         self.push(Insn::alu64_reg(insn::ADD, R5, R3));
@@ -743,6 +844,8 @@ impl Emitter<'_> {
 pub(super) enum ByteLoop {
     TextStr {
         s: Reg,
+        /// Stop at the run-time end in slot 2 (`text_strn`).
+        bounded: bool,
     },
     Find {
         s: Reg,
