@@ -375,11 +375,14 @@ class Run:
 
     def finish(self):
         if self.proc.returncode is None:
-            try:
-                self.proc.wait(timeout=TIMEOUT * 3)
-            except subprocess.TimeoutExpired:
-                self.proc.terminate()  # spawn passes SIGTERM on
-                self.proc.wait()
+            # A blocking wait, with a timer for the limit: Popen.wait with a
+            # timeout polls, sleeping 0.5, 1, 2 ... 50 ms in turn, which
+            # rounded every exit time up to the next step (a 20 ms exit
+            # read as 32 ms).
+            limit = threading.Timer(TIMEOUT * 3, self.proc.terminate)  # spawn passes SIGTERM on
+            limit.start()
+            self.proc.wait()
+            limit.cancel()
         self.t_exit = time.monotonic()
         self.thread.join(10)
         self.status = self.proc.returncode

@@ -13,6 +13,12 @@ use std::time::Instant;
 
 pub fn run(args: &Args) -> Result<(), Failed> {
     let started = Instant::now();
+    if will_run(args) {
+        // A printing script's ring, made while the passes run
+        // (runtime/src/load/early.rs); unused by any other script.
+        let cpus = frontend::possible_cpus().unwrap_or(stap_lang::bpf::DEFAULT_CPUS);
+        stap_runtime::load::create_events_ring(stap_lang::bpf::maps::events_map(cpus, true));
+    }
     crate::frontend::set_warnings(args);
     if args.verbose > 0 {
         for note in args.ignored.notes() {
@@ -102,6 +108,17 @@ pub fn run(args: &Args) -> Result<(), Failed> {
             }
         }
     }
+}
+
+/// Whether these arguments run a script (rather than stop at a pass, list
+/// probe points or start the interactive session).
+fn will_run(args: &Args) -> bool {
+    args.pass.is_none_or(|pass| pass >= 5)
+        && args.dump.is_none()
+        && args.list.is_none()
+        && args.list_vars.is_none()
+        && !args.interactive
+        && (args.script_text.is_some() || !args.positional.is_empty())
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

@@ -265,6 +265,14 @@ fn report(map: &SourceMap, diags: &[Diagnostic]) -> Result<(), Failed> {
 }
 
 /// Passes 3 and 4's options from the command line.
+/// Unknown only where sysfs is missing; the compiler's default bound then
+/// holds.
+pub fn possible_cpus() -> Option<u32> {
+    stap_runtime::sys::possible_cpus()
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+}
+
 pub fn compile_options(args: &Args) -> pipeline::Options {
     pipeline::Options {
         tracepoint_mechanism: match args.tracepoint_mechanism {
@@ -273,10 +281,7 @@ pub fn compile_options(args: &Args) -> pipeline::Options {
         },
         test_out_of_bounds: args.test_verifier_reject,
         histogram_extremes: args.format == crate::cli::OutputFormat::Json,
-        // Unknown only where sysfs is missing; the default bound then holds.
-        cpus: stap_runtime::sys::possible_cpus()
-            .ok()
-            .and_then(|n| u32::try_from(n).ok()),
+        cpus: possible_cpus(),
         full_string_keys: false,
         local_time: Some(stap_runtime::host::builtins::local_time_zone()),
     }

@@ -165,6 +165,11 @@ fn map(fd: BorrowedFd<'_>, len: usize, prot: i32, offset: usize) -> io::Result<N
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
+    // Not for children: the kernel maps every page of the ring, so a fork
+    // (the exit's detaching helpers, attach/handoff.rs) would copy all its
+    // page table entries. A failure only costs that copy.
+    // SAFETY: advice on the mapping just made.
+    unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
     NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
 }
 

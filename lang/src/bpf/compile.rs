@@ -111,14 +111,7 @@ fn compile_in(
         formats: formats.as_ref().map(|(index, _)| index.clone()),
         perf_chain: None,
     };
-    maps.push(fixed(
-        "stap_events",
-        MAP_RINGBUF,
-        0,
-        0,
-        events_bytes(options.cpus, kernel_prints(&handlers)),
-        MapRole::Events,
-    ));
+    maps.push(events_map(options.cpus, kernel_prints(&handlers)));
     maps.push(fixed(
         "stap_scratch",
         MAP_PERCPU_ARRAY,

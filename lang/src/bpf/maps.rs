@@ -17,6 +17,8 @@
 //!   nesting skips the handler and counts `COUNTER_SKIPPED`.
 //! - **Events** (`RINGBUF`): the records of `records.rs`.
 
+use super::{MapRole, MapSpec};
+
 /// `BPF_MAP_TYPE_*` values used here.
 pub const MAP_HASH: u32 = 1;
 pub const MAP_ARRAY: u32 = 2;
@@ -66,6 +68,20 @@ pub fn events_bytes(cpus: u32, kernel_prints: bool) -> u32 {
     }
     let wanted = (u64::from(cpus.max(1)) * PER_CPU).next_power_of_two();
     wanted.clamp(8 << 20, 32 << 20) as u32
+}
+
+/// The events ring buffer's map as the compiler declares it, so that the
+/// host can create it ahead of the compiler (`stap_runtime::load::early`).
+pub fn events_map(cpus: u32, kernel_prints: bool) -> MapSpec {
+    MapSpec {
+        name: "stap_events".to_string(),
+        map_type: MAP_RINGBUF,
+        key_size: 0,
+        value_size: 0,
+        max_entries: events_bytes(cpus, kernel_prints),
+        flags: 0,
+        role: MapRole::Events,
+    }
 }
 
 #[cfg(test)]

@@ -21,9 +21,11 @@ use stap_lang::source::{SourceMap, Span};
 use crate::btf::Btf;
 use crate::sys::{self, ProgBtf, ProgLoad};
 
+mod early;
 mod targets;
 mod verifier_log;
 
+pub use early::create_events_ring;
 pub use verifier_log::{VerifierFailure, parse_verifier_log};
 
 use targets::BtfTargets;
@@ -116,11 +118,17 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
         .iter()
         .enumerate()
         .map(|(index, spec)| {
-            create_map(spec).map_err(|error| LoadError::Map {
-                map: index,
-                name: spec.name.clone(),
-                error,
-            })
+            let early = match spec.role {
+                MapRole::Events => early::take(spec),
+                _ => None,
+            };
+            early
+                .map_or_else(|| create_map(spec), Ok)
+                .map_err(|error| LoadError::Map {
+                    map: index,
+                    name: spec.name.clone(),
+                    error,
+                })
         })
         .collect::<Result<Vec<_>, _>>()?;
     let mut targets = BtfTargets::new(vmlinux);
