@@ -35,6 +35,14 @@ fn unknown_function() {
     insta::assert_snapshot!(errors("probe begin { printl(\"x\") }"));
 }
 
+/// Tapset functions stap-rs cannot run are known, and say why.
+#[test]
+fn refused_tapset_functions_say_why() {
+    insta::assert_snapshot!(errors(
+        "probe begin { set_kernel_int(0, 1); set_returnval(0); mdelay(1); kernel_buffer_quoted(0, 4, 8) }"
+    ));
+}
+
 #[test]
 fn unknown_variable() {
     // As stap: a warning (with the likely misspelling), and the local

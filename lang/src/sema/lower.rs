@@ -1103,6 +1103,15 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             );
             return self.at_syscall_entry(call);
         }
+        if let Some(why) = super::refused::reason(&name.node) {
+            self.error(
+                Diagnostic::error(format!("unsupported: `{}()` {why}", name.node)).at(
+                    name.span,
+                    "a function of stap's tapsets that stap-rs refuses",
+                ),
+            );
+            return invalid(span);
+        }
         let mut candidates = self.elab.function_names();
         candidates.extend(
             builtins::all()

@@ -26,6 +26,7 @@ mod pointer_slots;
 mod points;
 pub mod print;
 mod prune;
+mod refused;
 mod slices;
 mod symbols;
 mod walk;
