@@ -163,6 +163,23 @@ fn only_the_tapsets_a_script_uses_are_pulled_in() {
     assert!(!stdout(&unused).contains("ip_ntop"), "{}", stdout(&unused));
 }
 
+/// The constants and byte-order helpers of stdlib/lib/bits.stp, on the
+/// host (a begin probe).
+#[test]
+fn byte_order_and_wait_status_helpers_in_a_host_probe() {
+    let out = stap(&[
+        "-e",
+        "probe begin { printf(\"%d %d %x %x %x %d %d %d\\n\", AF_INET(), AF_INET6(), \
+         big_endian4(0x12345678), ntohll(0x0102030405060708), little_endian4(-1), \
+         WIFEXITED(0x8b), WEXITSTATUS(0x2a00), WTERMSIG(0x8b)); exit() }",
+    ]);
+    assert_ok(&out);
+    assert_eq!(
+        stdout(&out),
+        "2 10 78563412 807060504030201 ffffffff 0 42 11\n"
+    );
+}
+
 /// thread_indent keeps a depth per thread in a stdlib global, through a
 /// helper whose key every caller fills with tid(): nothing for the user
 /// to be warned about.

@@ -86,6 +86,9 @@ mod concurrency;
 #[path = "live/families.rs"]
 mod families;
 
+#[path = "live/tapset_functions.rs"]
+mod tapset_functions;
+
 /// How long a session may take to start (compile, load, attach).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a session may take to end once started (`-T 20` plus margin).

@@ -243,8 +243,37 @@ const BUILTINS: &[Builtin] = &[
     // User memory of the current task.
     optional(1, kernel_only("user_string", &[L, S], STRING, "NUL-terminated string at a user address (optional string to return on fault)")),
     optional(1, kernel_only("user_string_n", &[L, L, S], STRING, "String of at most n bytes at a user address (optional string to return on fault)")),
-    kernel_only("user_long", &[L], LONG, "Long at a user address"),
-    kernel_only("user_int", &[L], LONG, "Int at a user address"),
+    // Integers at a user address (`read_kind` in the BPF emitter): the
+    // plain name returns 0 when the memory cannot be read, the `_error`
+    // one raises stap's fault error (the `_warn` ones are stdlib).
+    kernel_only("user_char", &[L], LONG, "Char (signed 8-bit) at a user address (0 on fault)"),
+    kernel_only("user_short", &[L], LONG, "Short (signed 16-bit) at a user address (0 on fault)"),
+    kernel_only("user_ushort", &[L], LONG, "Unsigned short at a user address (0 on fault)"),
+    kernel_only("user_int", &[L], LONG, "Int (signed 32-bit) at a user address (0 on fault)"),
+    kernel_only("user_long", &[L], LONG, "Long (signed 64-bit) at a user address (0 on fault)"),
+    kernel_only("user_ulong", &[L], LONG, "Unsigned long at a user address (0 on fault)"),
+    kernel_only("user_int8", &[L], LONG, "Signed 8-bit integer at a user address (0 on fault)"),
+    kernel_only("user_uint8", &[L], LONG, "Unsigned 8-bit integer at a user address (0 on fault)"),
+    kernel_only("user_int16", &[L], LONG, "Signed 16-bit integer at a user address (0 on fault)"),
+    kernel_only("user_uint16", &[L], LONG, "Unsigned 16-bit integer at a user address (0 on fault)"),
+    kernel_only("user_int32", &[L], LONG, "Signed 32-bit integer at a user address (0 on fault)"),
+    kernel_only("user_uint32", &[L], LONG, "Unsigned 32-bit integer at a user address (0 on fault)"),
+    kernel_only("user_int64", &[L], LONG, "Signed 64-bit integer at a user address (0 on fault)"),
+    kernel_only("user_uint64", &[L], LONG, "Unsigned 64-bit integer at a user address (0 on fault)"),
+    kernel_only("user_char_error", &[L], LONG, "Char (signed 8-bit) at a user address (a run-time error on fault)"),
+    kernel_only("user_short_error", &[L], LONG, "Short (signed 16-bit) at a user address (a run-time error on fault)"),
+    kernel_only("user_ushort_error", &[L], LONG, "Unsigned short at a user address (a run-time error on fault)"),
+    kernel_only("user_int_error", &[L], LONG, "Int (signed 32-bit) at a user address (a run-time error on fault)"),
+    kernel_only("user_long_error", &[L], LONG, "Long (signed 64-bit) at a user address (a run-time error on fault)"),
+    kernel_only("user_ulong_error", &[L], LONG, "Unsigned long at a user address (a run-time error on fault)"),
+    kernel_only("user_int8_error", &[L], LONG, "Signed 8-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_uint8_error", &[L], LONG, "Unsigned 8-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_int16_error", &[L], LONG, "Signed 16-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_uint16_error", &[L], LONG, "Unsigned 16-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_int32_error", &[L], LONG, "Signed 32-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_uint32_error", &[L], LONG, "Unsigned 32-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_int64_error", &[L], LONG, "Signed 64-bit integer at a user address (a run-time error on fault)"),
+    kernel_only("user_uint64_error", &[L], LONG, "Unsigned 64-bit integer at a user address (a run-time error on fault)"),
     // Register arguments of the probed function ("DWARF-less" probing in
     // kernel.function and process probes, and the arguments of a system
     // call at its syscalls:sys_enter_* event); N is a constant 1..6.

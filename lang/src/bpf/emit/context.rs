@@ -227,6 +227,21 @@ impl Emitter<'_> {
     }
 
     pub(super) fn read_memory(&mut self, dst: Reg, addr: Reg, size: u32, signed: bool, user: bool) {
+        self.read_memory_or(dst, addr, size, signed, user, true);
+    }
+
+    /// [`read_memory`](Self::read_memory), where a fault either raises
+    /// stap's read error (`raise`) or reads as 0 (stap's `user_int` and
+    /// friends, whose `_error` forms raise).
+    fn read_memory_or(
+        &mut self,
+        dst: Reg,
+        addr: Reg,
+        size: u32,
+        signed: bool,
+        user: bool,
+        raise: bool,
+    ) {
         let Some(width) = size_code(size) else {
             self.unsupported(format!("a {size}-byte memory read"));
             return;
@@ -241,12 +256,17 @@ impl Emitter<'_> {
             helper::PROBE_READ_KERNEL
         });
         self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), ok);
-        let kind = if user {
-            records::ERROR_USER_READ
+        if raise {
+            let kind = if user {
+                records::ERROR_USER_READ
+            } else {
+                records::ERROR_KERNEL_READ
+            };
+            self.fail(kind, Some(addr));
         } else {
-            records::ERROR_KERNEL_READ
-        };
-        self.fail(kind, Some(addr));
+            // The helper zeroes the destination on a fault, but say so.
+            self.push(Insn::store_imm(DW, FP, FRAME_TMP, 0));
+        }
         self.bind(ok);
         self.push(Insn::load(width, R0, FP, FRAME_TMP));
         if signed {
@@ -377,19 +397,28 @@ impl Emitter<'_> {
                     self.read_string(dst, addr, limit, fallback, user);
                 }
             }
-            "kernel_long" | "kernel_int" | "kernel_short" | "kernel_char" | "kernel_pointer"
-            | "user_long" | "user_int" => {
+            "kernel_long" | "kernel_int" | "kernel_short" | "kernel_char" | "kernel_pointer" => {
                 let (Some(dst), Some(addr)) = (dst, args.first().copied()) else {
                     return;
                 };
                 let (size, signed) = match name {
-                    "kernel_long" | "user_long" => (8, true),
+                    "kernel_long" => (8, true),
                     "kernel_pointer" => (8, false),
-                    "kernel_int" | "user_int" => (4, true),
+                    "kernel_int" => (4, true),
                     "kernel_short" => (2, true),
                     _ => (1, true),
                 };
-                self.read_memory(dst, addr, size, signed, name.starts_with("user"));
+                self.read_memory(dst, addr, size, signed, false);
+            }
+            name if user_integer(name).is_some() => {
+                let (Some(dst), Some(addr), Some((size, signed, raise))) =
+                    (dst, args.first().copied(), user_integer(name))
+                else {
+                    return;
+                };
+                // Each width is its own read: a wider one could fault at
+                // the end of a mapping where this one would not.
+                self.read_memory_or(dst, addr, size, signed, true, raise);
             }
             "strlen" => {
                 let (Some(dst), Some(s)) = (dst, args.first().copied()) else {
@@ -695,4 +724,26 @@ impl Emitter<'_> {
         self.const_str(dst, "kernel");
         self.bind(done);
     }
+}
+
+/// `(bytes, signed, raises on fault)` of a `user_<type>[_error]` read, as
+/// stap's uconversions tapset names them; `None` for any other name.
+fn user_integer(name: &str) -> Option<(u32, bool, bool)> {
+    let rest = name.strip_prefix("user_")?;
+    let (ty, raise) = match rest.strip_suffix("_error") {
+        Some(ty) => (ty, true),
+        None => (rest, false),
+    };
+    let (size, signed) = match ty {
+        "char" | "int8" => (1, true),
+        "uint8" => (1, false),
+        "short" | "int16" => (2, true),
+        "ushort" | "uint16" => (2, false),
+        "int" | "int32" => (4, true),
+        "uint32" => (4, false),
+        "long" | "int64" => (8, true),
+        "ulong" | "uint64" => (8, false),
+        _ => return None,
+    };
+    Some((size, signed, raise))
 }
