@@ -18,12 +18,13 @@
 //! Every read is bounds-checked: a truncated or corrupt file gives a
 //! [`BtfError`], never a panic.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
@@ -275,6 +276,11 @@ pub struct Btf {
     name_indexes: [OnceLock<NameIndex>; KIND_SLOTS],
     /// By-name lookups answered so far without an index, per kind.
     direct_lookups: [AtomicU32; KIND_SLOTS],
+    /// Every own type (of any kind) named `name`, for the names a direct
+    /// lookup searched: a bare C name (`"task_struct"` in a `@cast`) is
+    /// asked for as an int, a typedef, a float, then a struct, and one
+    /// search answers all four.
+    searched_names: Mutex<HashMap<Box<str>, Box<[u32]>>>,
 }
 
 /// A kind's first lookups search the string table instead of building an
@@ -343,6 +349,7 @@ impl Btf {
             base,
             name_indexes: Default::default(),
             direct_lookups: Default::default(),
+            searched_names: Default::default(),
         })
     }
 
@@ -445,11 +452,18 @@ impl Btf {
             return Ok(None);
         }
         let slot = kind as usize;
-        if self.name_indexes[slot].get().is_none()
-            && self.direct_lookups[slot].fetch_add(1, Ordering::Relaxed)
+        if self.name_indexes[slot].get().is_none() {
+            if let Some(named) = self.searched_names().get(name) {
+                return Ok(self.first_of_kind(named, kind));
+            }
+            if self.direct_lookups[slot].fetch_add(1, Ordering::Relaxed)
                 < DIRECT_LOOKUPS_BEFORE_INDEX
-        {
-            return Ok(self.find_by_name_direct(kind, name));
+            {
+                let named = self.records_named(name);
+                let found = self.first_of_kind(&named, kind);
+                self.searched_names().insert(name.into(), named.into());
+                return Ok(found);
+            }
         }
         let index = self.name_index(kind)?;
         let hash = index.hasher.hash_one(name.as_bytes());
@@ -461,9 +475,25 @@ impl Btf {
             .copied())
     }
 
-    /// Finds `name` in the string tables, then the record of `kind` that
-    /// names it by that offset: no string but the one wanted is compared.
-    fn find_by_name_direct(&self, kind: Kind, name: &str) -> Option<u32> {
+    fn searched_names(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Box<[u32]>>> {
+        self.searched_names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The first of `named` (ids from [`Btf::records_named`]) of `kind`.
+    fn first_of_kind(&self, named: &[u32], kind: Kind) -> Option<u32> {
+        named.iter().copied().find(|&id| {
+            let offset = self.record_offsets[(id - self.first_id) as usize] as usize;
+            read_u32(&self.bytes, offset + 4).is_some_and(|info| (info >> 24) & 0x1f == kind as u32)
+        })
+    }
+
+    /// Finds `name` in the string tables, then every own record that names
+    /// it by one of those offsets, in the order the offsets were found and
+    /// then by id: no string but the one wanted is compared, and the
+    /// records are read once whatever kinds are asked for afterwards.
+    fn records_named(&self, name: &str) -> Vec<u32> {
         let mut needle = Vec::with_capacity(name.len() + 2);
         needle.push(0);
         needle.extend_from_slice(name.as_bytes());
@@ -477,30 +507,30 @@ impl Btf {
             .map(|base| (&base.bytes[base.strings.clone()], 0))
             .into_iter()
             .chain([(&self.bytes[self.strings.clone()], base_strings)]);
-        for (table, table_start) in tables {
-            for at in finder.find_iter(table) {
-                // `at` is the NUL before the name.
-                let name_off = (table_start + at + 1) as u32;
-                if let Some(id) = self.record_named(kind, name_off) {
-                    return Some(id);
-                }
-            }
-        }
-        None
-    }
-
-    /// The first own record of `kind` whose name is at string offset `name_off`.
-    fn record_named(&self, kind: Kind, name_off: u32) -> Option<u32> {
-        let bytes: &[u8] = &self.bytes;
-        self.record_offsets
-            .iter()
-            .position(|&offset| {
-                let offset = offset as usize;
-                read_u32(bytes, offset) == Some(name_off)
-                    && read_u32(bytes, offset + 4)
-                        .is_some_and(|info| (info >> 24) & 0x1f == kind as u32)
+        // `at` is the NUL before the name.
+        let name_offs: Vec<u32> = tables
+            .flat_map(|(table, table_start)| {
+                finder
+                    .find_iter(table)
+                    .map(move |at| (table_start + at + 1) as u32)
             })
-            .map(|i| self.first_id + i as u32)
+            .collect();
+        if name_offs.is_empty() {
+            return Vec::new();
+        }
+        let bytes: &[u8] = &self.bytes;
+        let mut named: Vec<(usize, u32)> = self
+            .record_offsets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &offset)| {
+                let name_off = read_u32(bytes, offset as usize)?;
+                let nth = name_offs.iter().position(|&o| o == name_off)?;
+                Some((nth, self.first_id + i as u32))
+            })
+            .collect();
+        named.sort_unstable();
+        named.into_iter().map(|(_, id)| id).collect()
     }
 
     fn name_index(&self, kind: Kind) -> Result<&NameIndex, BtfError> {
@@ -829,7 +859,7 @@ mod tests {
         let members = btf.members(&skb_ty).expect("members");
         assert_eq!(members[1].name, "len");
         assert_eq!(members[1].bit_offset, 64);
-        // Direct lookups first, then the index: same answers.
+        // Direct lookups first: same answers each time.
         for _ in 0..2 * DIRECT_LOOKUPS_BEFORE_INDEX {
             assert_eq!(btf.find_by_name(Kind::Struct, "sk_buff"), Ok(Some(skb)));
             assert_eq!(btf.find_by_name(Kind::Struct, "net_device"), Ok(Some(5)));
@@ -837,7 +867,28 @@ mod tests {
             assert_eq!(btf.find_by_name(Kind::Func, "consume"), Ok(Some(11)));
             assert_eq!(btf.find_by_name(Kind::Struct, "sk_buf"), Ok(None));
         }
+        // Names already searched are answered again without a search; new
+        // names past the first few build the index, with the same answers.
+        assert!(btf.name_indexes[Kind::Struct as usize].get().is_none());
+        for n in 0..DIRECT_LOOKUPS_BEFORE_INDEX {
+            assert_eq!(btf.find_by_name(Kind::Struct, &format!("s{n}")), Ok(None));
+        }
         assert!(btf.name_indexes[Kind::Struct as usize].get().is_some());
+        assert_eq!(btf.find_by_name(Kind::Struct, "sk_buff"), Ok(Some(skb)));
+        assert_eq!(btf.find_by_name(Kind::Struct, "consume"), Ok(None));
+        // A name searched once answers its other kinds without searching
+        // again (the string table is not read), until their index exists.
+        let fresh = Btf::from_bytes(sample().0).expect("valid");
+        assert_eq!(fresh.find_by_name(Kind::Struct, "consume"), Ok(None));
+        assert_eq!(fresh.searched_names().len(), 1);
+        assert_eq!(fresh.find_by_name(Kind::Func, "consume"), Ok(Some(11)));
+        assert_eq!(fresh.find_by_name(Kind::Typedef, "consume"), Ok(None));
+        assert_eq!(
+            fresh.direct_lookups[Kind::Func as usize].load(Ordering::Relaxed),
+            0
+        );
+        assert_eq!(fresh.find_by_name(Kind::Struct, "sk_buff"), Ok(Some(skb)));
+        assert_eq!(fresh.searched_names().len(), 2);
         assert_eq!(btf.ids_of_kind(Kind::Ptr).collect::<Vec<_>>(), [6, 9]);
         assert!(btf.decode_all().is_ok());
     }
