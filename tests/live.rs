@@ -712,6 +712,22 @@ fn bpf_object_exists(kind: &str, id: u64) -> bool {
         .success()
 }
 
+/// Every program and link in `progs`/`links` is freed within the wait of
+/// [`still_loaded_after_a_while`], and tracefs names no uprobe on `path`.
+fn assert_nothing_left_attached(progs: &[u64], links: &[u64], path: &str, after: &str) {
+    let leftovers = still_loaded_after_a_while(progs, links);
+    assert!(
+        leftovers.is_empty(),
+        "still loaded after {after}: {leftovers:?}"
+    );
+    let uprobe_events =
+        std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+    assert!(
+        !uprobe_events.contains(path),
+        "tracefs uprobe_events still names the target:\n{uprobe_events}"
+    );
+}
+
 /// The programs and links of `progs` and `links` that bpftool still finds
 /// 10 seconds on: a stap-rs that exited leaves the closes that wait for RCU
 /// grace periods to helper processes (runtime/src/attach/handoff.rs), and
@@ -769,17 +785,7 @@ fn exit_returns_before_the_kernel_detaches_and_nothing_stays_attached() {
     assert_success(&done);
     assert_eq!(done.stdout, "hits\n", "stderr:\n{}", done.stderr);
 
-    let leftovers = still_loaded_after_a_while(&progs, &links);
-    assert!(
-        leftovers.is_empty(),
-        "still loaded after the exit: {leftovers:?}"
-    );
-    let uprobe_events =
-        std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
-    assert!(
-        !uprobe_events.contains(&path),
-        "tracefs uprobe_events still names the target:\n{uprobe_events}"
-    );
+    assert_nothing_left_attached(&progs, &links, &path, "the exit");
 }
 
 #[test]
@@ -811,18 +817,7 @@ fn kill_9_leaves_no_program_link_or_uprobe_behind() {
 
     // The kernel frees programs and links once their last fd closes,
     // shortly (RCU) after the process is gone.
-    let leftovers = still_loaded_after_a_while(&progs, &links);
-    assert!(
-        leftovers.is_empty(),
-        "still loaded after kill -9: {leftovers:?}"
-    );
-
-    let uprobe_events =
-        std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
-    assert!(
-        !uprobe_events.contains(&path),
-        "tracefs uprobe_events still names the target:\n{uprobe_events}"
-    );
+    assert_nothing_left_attached(&progs, &links, &path, "kill -9");
 }
 
 // Host-only sessions: the event loop without kernel probes.
