@@ -80,8 +80,10 @@ impl EmitFacts {
                             args: TracepointArgs::Raw(_),
                             ..
                         }
-                    ) && facts.mechanisms().tp_btf
-                        && reaches_builtin(module, probe.function, KFUNC_BUILTINS)
+                    ) && reaches_builtin(module, probe.function, KFUNC_BUILTINS)
+                        // Last: `mechanisms()` loads a probe program (the
+                        // fentry check), which most scripts need not wait for.
+                        && facts.mechanisms().tp_btf
                 })
                 .collect(),
             syscall_numbers: Vec::new(),
