@@ -161,11 +161,15 @@ impl Attached {
     /// perf-event link's info from Linux 6.7; before that they cannot be
     /// read for a perf-event kprobe and are not counted.
     pub fn skipped(&self) -> u64 {
+        // By program id: probes with identical bodies share one program
+        // (load.rs), whose misses count once.
         let recursion: u64 = self
             .attachments
             .iter()
             .filter_map(|a| sys::prog_info(a.program.as_fd()).ok())
-            .map(|info| info.recursion_misses)
+            .map(|info| (info.id, info.recursion_misses))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_values()
             .sum();
         let kprobe: u64 = self
             .attachments

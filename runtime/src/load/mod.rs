@@ -8,6 +8,7 @@
 //! to the failing instruction and the verifier's reason, which
 //! [`describe`] turns into a diagnostic at the script statement.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -133,13 +134,66 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
         .collect::<Result<Vec<_>, _>>()?;
     let mut targets = BtfTargets::new(vmlinux);
     let mut program_btf = ProgramBtf::new(&object.btf);
-    let programs = object
-        .programs
-        .iter()
-        .enumerate()
-        .map(|(index, program)| load_program(index, program, &maps, &mut targets, &mut program_btf))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut programs: Vec<OwnedFd> = Vec::with_capacity(object.programs.len());
+    let mut first_with_body: HashMap<SameLoad, usize> = HashMap::new();
+    for (index, program) in object.programs.iter().enumerate() {
+        let same = SameLoad::of(program);
+        if let Some(first) = same.as_ref().and_then(|same| first_with_body.get(same)) {
+            let copy = programs[*first]
+                .try_clone()
+                .map_err(|error| LoadError::Kernel {
+                    program: index,
+                    what: "duplicating the fd of an identical program".into(),
+                    error,
+                })?;
+            programs.push(copy);
+            continue;
+        }
+        programs.push(load_program(
+            index,
+            program,
+            &maps,
+            &mut targets,
+            &mut program_btf,
+        )?);
+        if let Some(same) = same {
+            first_with_body.insert(same, index);
+        }
+    }
     Ok(Loaded { maps, programs })
+}
+
+/// What makes two programs' loads the same request: one loaded program
+/// then serves both, attached once per probe point. `kernel.trace("sched:*")
+/// { c++ }` compiles to one identical body per tracepoint; the verifier
+/// would check each copy again (most of a wildcard's start-up), for the
+/// same result. Only for programs whose load names no attach target (a
+/// fentry or tp_btf program is bound to its function at load) and needs no
+/// program BTF (whose line info differs per probe).
+#[derive(PartialEq, Eq, Hash)]
+struct SameLoad<'a> {
+    prog_type: u32,
+    expected_attach_type: u32,
+    insns: &'a [u64],
+    map_relocs: &'a [(usize, usize)],
+}
+
+impl<'a> SameLoad<'a> {
+    fn of(program: &'a Program) -> Option<SameLoad<'a>> {
+        let bound_at_load = matches!(
+            program.attach,
+            AttachKind::Fentry { .. } | AttachKind::TpBtf { .. }
+        );
+        if bound_at_load || program.needs_btf() {
+            return None;
+        }
+        Some(SameLoad {
+            prog_type: program.attach.program_type(),
+            expected_attach_type: program.attach.expected_attach_type(),
+            insns: &program.insns,
+            map_relocs: &program.map_relocs,
+        })
+    }
 }
 
 /// What [`load_added`] loaded: `maps` has the same index as `Object::maps`
