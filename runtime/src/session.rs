@@ -145,6 +145,12 @@ pub trait Hooks {
     /// the globals `fresh` says are new (host tables and new maps; a shared
     /// map already holds its values).
     fn loaded(&mut self, _runtime: &mut HostRuntime, _fresh: &dyn Fn(GlobalId) -> bool) {}
+    /// The programs are loaded; nothing is attached yet. An error stops
+    /// the session here, with nothing attached: the place to wait for work
+    /// that overlapped loading (the driver's host JIT).
+    fn before_attach(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Whether begin probe N (an index into the module's probes) runs.
     fn run_begin(&self, _probe: usize) -> bool {
         true
@@ -254,6 +260,7 @@ pub fn run_with_hooks(
     // After the signal mask, so its threads inherit it.
     let http = procfs::start(compiled.module, settings.http.as_ref())?;
     hooks.loaded(&mut runtime, &|_| true);
+    hooks.before_attach().map_err(SessionError::Setup)?;
     let attaching = std::time::Instant::now();
     let mut attached = attach::attach(object, &loaded).map_err(SessionError::Attach)?;
     if settings.verbose {

@@ -48,6 +48,11 @@ pub struct HostProgram {
     compile_time: Duration,
 }
 
+// SAFETY: the entry pointers point into the code `jit` owns, and move with
+// it; nothing is shared between threads. The driver compiles on a thread
+// while the kernel verifies the BPF programs, then runs the code on its own.
+unsafe impl Send for HostProgram {}
+
 impl HostProgram {
     /// Compiles every host-side function of `module`.
     pub fn compile(module: &ir::Module) -> Result<HostProgram, JitError> {
@@ -100,6 +105,15 @@ impl HostProgram {
             handler(rt);
         }
         rt.end_hit()
+    }
+
+    /// How many functions [`HostProgram::compile`] compiles for `module`.
+    pub fn host_functions(module: &ir::Module) -> usize {
+        module
+            .functions
+            .iter()
+            .filter(|f| f.side == Placement::Host)
+            .count()
     }
 
     /// Functions compiled and the time it took.
