@@ -208,6 +208,8 @@ pub fn elab_options(args: &Args) -> sema::ElabOptions {
         },
         target_program: target_program(args),
         fentry_refused: Vec::new(),
+        // stap adds no end probes to a listing.
+        display_unread_globals: args.list.is_none() && args.list_vars.is_none(),
     }
 }
 

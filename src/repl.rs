@@ -600,7 +600,13 @@ fn elaborate(
     args: &Args,
 ) -> Result<sema::Program, Failed> {
     let (program, diags) = front.with_library(map, library, |library| {
-        sema::elaborate_with(user, library, front.kernel(), &elab_options(args))
+        // Each input runs as its own session: printing the globals it
+        // leaves unread after every one would bury the answers.
+        let options = sema::ElabOptions {
+            display_unread_globals: false,
+            ..elab_options(args)
+        };
+        sema::elaborate_with(user, library, front.kernel(), &options)
     })?;
     let shown: Vec<diag::Diagnostic> = diags
         .into_iter()

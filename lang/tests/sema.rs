@@ -92,6 +92,38 @@ probe end {
     insta::assert_snapshot!(listing(script));
 }
 
+/// stap's end display of the globals a program writes and never reads:
+/// one `end` probe per global after the script's own, in declaration
+/// order. Read globals (`++`, `+=`, a `foreach`, a read in a called
+/// function) and a global only written by a tapset get none.
+#[test]
+fn unread_globals_get_end_probes_that_print_them() {
+    let script = r#"
+global count, name, sizes, latency, per_cpu, seen, total, shown_by_f, never
+function show() { println(shown_by_f) }
+probe begin {
+  count = 3
+  name = "stap"
+  sizes[execname(), 1] = 10
+  latency <<< 5
+  per_cpu[cpu()] <<< 1
+  seen++
+  total += 2
+  shown_by_f = 1
+  show()
+}
+probe end { println("script's end") }
+"#;
+    let opts = ElabOptions {
+        display_unread_globals: true,
+        ..ElabOptions::default()
+    };
+    let (program, text) = elaborate_with(script, &[], &FakeKernel::new(), &opts);
+    let ends = program.probes.iter().filter(|p| p.written == "end").count();
+    assert_eq!(ends, 6, "the script's end probe and five displays");
+    insta::assert_snapshot!(text);
+}
+
 #[test]
 fn command_line_defines_and_overrides() {
     let opts = ElabOptions {

@@ -363,3 +363,34 @@ fn typed_pointers_through_functions_and_globals() {
     assert_eq!(numbers("by pid"), [this[0]], "{}", done.stdout);
     assert_eq!(numbers("host"), [me], "{}", done.stdout);
 }
+
+/// stap's display of unread globals, for globals only kernel probes write
+/// (their values are in BPF maps, read by the host at the end): no end
+/// probe in the script, and the run ends with the `-c` command.
+#[test]
+fn globals_only_kernel_probes_write_are_printed_at_the_end() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let command = format!("{} stapKGShow chdirs 3", trigger.display());
+    let done = Session::start(&[
+        "-c",
+        &command,
+        "-e",
+        r#"global calls, who, per, untouched
+           probe kernel.trace("syscalls:sys_enter_chdir") {
+             if (pid() == target()) { calls <<< 1; who = execname(); per[execname(), 3] = 7 }
+           }
+           probe kernel.trace("syscalls:sys_enter_fchdir") {
+             if (pid() == target()) untouched <<< 1
+           }"#,
+    ])
+    .finish();
+    assert_success(&done);
+    assert_eq!(
+        done.stdout,
+        "calls @count=3 @min=1 @max=1 @sum=3 @avg=1\nwho=\"stapKGShow\"\n\
+         per[\"stapKGShow\",3]=0x7\nuntouched @count=0x0\n",
+        "stderr:\n{}",
+        done.stderr
+    );
+}

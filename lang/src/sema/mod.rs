@@ -16,6 +16,7 @@
 pub mod builtins;
 pub mod concurrency;
 mod context;
+mod display;
 mod elide;
 pub mod hir;
 mod infer;
@@ -68,6 +69,10 @@ pub struct ElabOptions {
     /// refused to load or attach in an earlier try of this run: `auto`
     /// reaches every probe on them by kprobes instead.
     pub fentry_refused: Vec<(String, Option<String>)>,
+    /// Print the globals the program writes but never reads at the end of
+    /// the session, as stap does (`display`); off for listings (`-l`,
+    /// `-L`), as in stap.
+    pub display_unread_globals: bool,
 }
 
 /// The mechanism kernel.function probes use (`--kernel-probes`).
@@ -183,6 +188,21 @@ pub fn elaborate_with(
         needs,
         skipped_functions: dedup(std::mem::take(&mut elab.skipped_functions)),
     };
+    let mut program = program;
+    if opts.display_unread_globals {
+        let shown = display::unread_globals(&mut program);
+        if !shown.is_empty() {
+            // Again, with stap's end probes that print them: they read
+            // the globals, so the second round shows nothing more.
+            let mut files = user.to_vec();
+            files.push(display::end_probes(&program, &shown));
+            let opts = ElabOptions {
+                display_unread_globals: false,
+                ..opts.clone()
+            };
+            return elaborate_with(&files, tapsets, facts, &opts);
+        }
+    }
     let mut diags = diags;
     diags.extend(dedup(concurrency::check(&program)));
     (Some(program), diags)
