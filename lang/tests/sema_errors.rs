@@ -511,3 +511,22 @@ fn an_alias_reading_a_parameter_of_a_clone_errs_only_when_used() {
         &opts
     ));
 }
+
+/// `break` and `continue` outside `while`, `for` and `foreach` are pass-2
+/// errors, in probes and functions alike, with stap's wording.
+#[test]
+fn break_and_continue_outside_a_loop() {
+    insta::assert_snapshot!(errors(
+        "function f() { continue }\nprobe begin { while (1) { break }; if (1) break; f() }"
+    ));
+}
+
+/// A built-in that returns nothing has no value to use (stap: unresolved
+/// type); as a statement of its own, or in `for`'s first and third
+/// clauses, it is fine.
+#[test]
+fn a_builtin_that_returns_nothing_used_as_a_value() {
+    insta::assert_snapshot!(errors(
+        "probe begin { for (exit(); 0; exit()) {}; y = exit(); println(printf(\"x\")) }"
+    ));
+}

@@ -22,6 +22,7 @@ pub mod hir;
 mod infer;
 pub mod library;
 mod lower;
+mod misuse;
 mod placement;
 mod pointer_slots;
 mod points;
@@ -167,6 +168,8 @@ pub fn elaborate_with(
         &mut probes,
         &mut elab.diags,
     );
+    let misused = misuse::check(&mut functions, &mut probes);
+    elab.diags.extend(misused);
     for probe in &mut probes {
         prune::unused_alias_assignments(&functions, probe);
     }
