@@ -290,3 +290,57 @@ fn text_strn_in_a_tracepoint_matches_the_host() {
     assert_eq!(line("kernel"), expected, "{}", done.stdout);
     assert_eq!(line("host"), expected, "{}", done.stdout);
 }
+
+/// String comparison in a kernel probe, word by word: strings that differ
+/// in the first, the second and the third word, a prefix, the empty
+/// string and a literal of exactly one word, against the host's answers.
+/// The same handler builds `syscall.execve`'s `args` (`__sys_argv`: a
+/// loop of eight rounds, each comparing strings), which the verifier
+/// once refused as "too complex" while each compare was a loop of
+/// MAXSTRINGLEN rounds.
+#[test]
+fn string_comparisons_in_a_tracepoint_match_the_host() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-kcmp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("f");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global name, execs
+           function compares(e) {
+             long1 = e . "-longer-than-a-word"
+             long2 = e . "-longer-than-a-wore"
+             return sprintf("%d%d%d%d%d%d%d%d%d%d%d%d", e == "stapKCmp", e < "stapKCmq",
+                            e > "stapKCm", e < "stapKCmp2", e != "", "" < e, long1 > long2,
+                            long1 == e . "-longer-than-a-word", e >= e, e == "stapKCmP",
+                            substr(e, 0, 4) == "stap", "stapKCmp2" < e)
+           }
+           probe syscall.execve {
+             if (!isinstr(args, "stapKCmp")) next
+             execs++
+           }
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (execname() != "stapKCmp" || !execs) next
+             name = execname()
+             printf("kernel %s\n", compares(name))
+             exit()
+           }
+           probe end { printf("host %s\n", compares(name)) }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapKCmp", "open", path]);
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let line = |side: &str| {
+        done.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{side} ")))
+            .unwrap_or_else(|| panic!("no {side} line in:\n{}", done.stdout))
+            .to_string()
+    };
+    assert_eq!(line("kernel"), "111111011010", "{}", done.stdout);
+    assert_eq!(line("host"), line("kernel"), "{}", done.stdout);
+}

@@ -44,7 +44,7 @@ pub(in crate::bpf) fn literal<'m>(
 }
 
 impl Emitter<'_> {
-    fn literal(&self, reg: Reg) -> Option<&str> {
+    pub(super) fn literal(&self, reg: Reg) -> Option<&str> {
         literal(self.module, self.function, reg)
     }
 

@@ -25,9 +25,82 @@ impl Emitter<'_> {
         }
     }
 
-    /// strcmp over at most MAXSTRINGLEN bytes (a loop the verifier can
-    /// bound), then `op` against 0; the result is left in r0.
+    /// strcmp of two string slots, then `op` against 0; the result is
+    /// left in r0.
+    ///
+    /// The verifier walks the loop once per round and keeps each round's
+    /// undecided branches pending (at most 8192 in a whole program), so a
+    /// loop of MAXSTRINGLEN byte rounds, two branches each, inside a
+    /// script's own loop (`__sys_argv` tests each argument) was rejected
+    /// as "too complex". The rounds are words: a word that differs is
+    /// searched bytewise for the first difference, a word that does not
+    /// ends the compare when it holds the NUL. With a literal operand the
+    /// rounds stop at the word holding its NUL.
     pub(super) fn str_compare(&mut self, op: CmpOp, lhs: Reg, rhs: Reg) {
+        if !self.n.is_multiple_of(8) {
+            self.str_compare_bytes(op, lhs, rhs);
+            return;
+        }
+        let literal_words = [lhs, rhs]
+            .iter()
+            .filter_map(|reg| self.literal(*reg))
+            .map(|text| text.len().min(self.n as usize - 1) as u32 / 8 + 1)
+            .min();
+        let end = literal_words.map_or(self.n, |words| (words * 8).min(self.n));
+        let top = self.new_label();
+        let word_differs = self.new_label();
+        let equal = self.new_label();
+        let differ = self.new_label();
+        let done = self.new_label();
+        self.str_addr(lhs, R1);
+        self.str_addr(rhs, R2);
+        self.push(Insn::mov_imm(R3, 0));
+        self.bind(top);
+        self.jump(Insn::jump_imm(insn::JGE, R3, end as i32, 0), equal);
+        self.push(Insn::mov_reg(R4, R1));
+        self.push(Insn::alu64_reg(insn::ADD, R4, R3));
+        self.push(Insn::load(DW, R4, R4, 0));
+        self.push(Insn::mov_reg(R5, R2));
+        self.push(Insn::alu64_reg(insn::ADD, R5, R3));
+        self.push(Insn::load(DW, R5, R5, 0));
+        self.jump(Insn::jump_reg(insn::JNE, R4, R5, 0), word_differs);
+        // A zero byte in the word: (w - 0x01..01) & !w & 0x80..80 != 0.
+        self.push2(Insn::ld_imm64(R5, 0x0101_0101_0101_0101));
+        self.push(Insn::mov_reg(R0, R4));
+        self.push(Insn::alu64_reg(insn::SUB, R0, R5));
+        self.push(Insn::alu64_imm(insn::XOR, R4, -1));
+        self.push(Insn::alu64_reg(insn::AND, R0, R4));
+        self.push2(Insn::ld_imm64(R5, 0x8080_8080_8080_8080_u64 as i64));
+        self.push(Insn::alu64_reg(insn::AND, R0, R5));
+        self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), equal);
+        self.push(Insn::alu64_imm(insn::ADD, R3, 8));
+        self.goto(top);
+        // The first byte that differs, unless a NUL both share comes first.
+        self.bind(word_differs);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R3));
+        self.push(Insn::alu64_reg(insn::ADD, R2, R3));
+        for at in 0..8 {
+            self.push(Insn::load(B, R4, R1, at));
+            self.push(Insn::load(B, R5, R2, at));
+            self.jump(Insn::jump_reg(insn::JNE, R4, R5, 0), differ);
+            self.jump(Insn::jump_imm(insn::JEQ, R4, 0, 0), equal);
+        }
+        self.bind(equal);
+        self.push(Insn::mov_imm(R0, 0));
+        self.goto(done);
+        self.bind(differ);
+        self.push(Insn::mov_reg(R0, R4));
+        self.push(Insn::alu64_reg(insn::SUB, R0, R5));
+        self.bind(done);
+        self.push(Insn::mov_reg(R4, R0));
+        self.push(Insn::mov_imm(R0, 1));
+        self.push(Insn::jump_imm(jump_op(op), R4, 0, 1));
+        self.push(Insn::mov_imm(R0, 0));
+    }
+
+    /// `str_compare` a byte per round, for a MAXSTRINGLEN that is not a
+    /// whole number of words.
+    fn str_compare_bytes(&mut self, op: CmpOp, lhs: Reg, rhs: Reg) {
         let top = self.new_label();
         let differ = self.new_label();
         let done = self.new_label();
