@@ -6,6 +6,10 @@
 //! BPF, against the same values computed here.
 
 use super::{Session, assert_success, build, serial, trigger_until_done};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// The file name's bytes (UTF-8 of "AB\u{e9}CD\u{fc}"): high bytes, so
 /// that the signed and unsigned reads differ, and a last byte >= 0x80, so
@@ -116,4 +120,201 @@ fn byte_order_and_wait_status_helpers_in_a_tracepoint() {
         1u64.swap_bytes(),
     );
     assert_eq!(done.stdout, expected, "stderr: {}", done.stderr);
+}
+
+/// What /proc says about a live process, for comparing with the probes.
+struct ProcView {
+    stat: String,
+    limits: String,
+    fd_count: usize,
+    cwd: String,
+    exe: String,
+    stdout: String,
+}
+
+impl ProcView {
+    fn read(pid: u32) -> ProcView {
+        let proc = PathBuf::from(format!("/proc/{pid}"));
+        let read = |p: &str| std::fs::read_to_string(proc.join(p)).expect(p);
+        let link = |p: &str| {
+            std::fs::read_link(proc.join(p))
+                .expect(p)
+                .display()
+                .to_string()
+        };
+        ProcView {
+            stat: read("stat"),
+            limits: read("limits"),
+            fd_count: std::fs::read_dir(proc.join("fd")).expect("fd dir").count(),
+            cwd: link("cwd"),
+            exe: link("exe"),
+            stdout: link("fd/1"),
+        }
+    }
+}
+
+/// The fields of a /proc/PID/stat line after the command's ")": state,
+/// ppid, pgrp, session, ..., starttime (index 19, in 1/100 s ticks).
+fn stat_fields(stat: &str) -> Vec<String> {
+    let after = stat.rsplit_once(')').expect("a stat line").1;
+    after.split_whitespace().map(String::from).collect()
+}
+
+/// The task family over a process this test starts, compared with what
+/// /proc says about it while it is still alive: credentials, process group
+/// and session, start time, resource limits, open descriptors, the paths
+/// of its working directory, executable and stdout, and its ancestry. The
+/// trigger does a failing chdir, then blocks on stdin until the test has
+/// read /proc; its exit ends the session.
+#[test]
+fn task_credentials_paths_and_limits_match_proc() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-taskfn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let out_path = dir.join("out");
+    // Each line starts with the pid: a trigger whose chdir came before the
+    // probes were attached is told apart. Two path walks per probe at most
+    // (the verifier's budget), so the paths are split over two probes.
+    let mut session = Session::start(&[
+        "-e",
+        r#"probe kernel.trace("syscalls:sys_enter_chdir") {
+             if (execname() != "stapTaskFn") next
+             t = task_current()
+             printf("%d ids %d %d %d %d %d %d %d\n", pid(), task_uid(t), task_euid(t), task_gid(t),
+                    task_egid(t), egid(), ns_uid(), ns_egid())
+             printf("%d groups %d %d %d %d %d %d\n", pid(), pgrp(), sid(), ns_pgrp(), ns_sid(),
+                    ns_pid(), ns_ppid())
+             printf("%d limits %d %d %d %d %d\n", pid(), task_rlimit_nofile(t),
+                    task_rlimit(t, "RLIMIT_STACK"), task_rlimit_core(t), task_rlimit_nproc(t),
+                    task_rlimit(t, "RLIMIT_BOGUS"))
+             printf("%d fds %d %d\n", pid(), task_open_file_handles(t), task_max_file_handles(t))
+             printf("%d cwd %s\n", pid(), fullpath_struct_path(task_cwd_path(t)))
+             printf("%d exe %s\n", pid(), fullpath_struct_file(t, current_exe_file()))
+           }
+           probe kernel.trace("sched:sched_process_exit") {
+             if (execname() != "stapTaskFn") next
+             t = task_current()
+             printf("%d start %d\n", pid(), task_start_time(tid()))
+             printf("%d stdout %s\n", pid(), fullpath_struct_file(t, task_fd_lookup(t, 1)))
+             printf("%d ancestry %s\n", pid(), task_ancestry(t, 0))
+             exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    let mut views = std::collections::HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !session.has_exited() && Instant::now() < deadline {
+        let mut child = Command::new(&trigger)
+            .args(["stapTaskFn", "chdirs", "1"])
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(std::fs::File::create(&out_path).expect("stdout file"))
+            .process_group(0)
+            .spawn()
+            .expect("starting the trigger");
+        // Past its chdir (it then blocks reading stdin).
+        thread::sleep(Duration::from_millis(300));
+        views.insert(child.id(), ProcView::read(child.id()));
+        drop(child.stdin.take());
+        let _ = child.wait();
+        thread::sleep(Duration::from_millis(200));
+    }
+    let my_session =
+        stat_fields(&std::fs::read_to_string("/proc/self/stat").expect("stat"))[3].clone();
+    let my_comm = std::fs::read_to_string("/proc/thread-self/comm").expect("own comm");
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+
+    // The trigger whose exit ended the session, and its lines.
+    let out = &done.stdout;
+    let pid: u32 = out
+        .lines()
+        .find(|l| l.contains(" start "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no start line in {out:?}"));
+    let field = |key: &str| -> String {
+        let prefix = format!("{pid} {key} ");
+        out.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {key} line for {pid} in {out:?}"))
+            .to_string()
+    };
+    let view = views
+        .get(&pid)
+        .expect("/proc read for the trigger that fired");
+    let fields = stat_fields(&view.stat);
+
+    let meta = std::fs::metadata("/proc/self").expect("own /proc entry");
+    let (uid, gid) = (meta.uid(), meta.gid());
+    assert_eq!(
+        field("ids"),
+        format!("{uid} {uid} {gid} {gid} {gid} {uid} {gid}")
+    );
+    assert_eq!(
+        field("groups"),
+        format!("{pid} {my_session} {pid} {my_session} {pid} {}", fields[1])
+    );
+    let start_ns: u64 = field("start").parse().expect("start time");
+    let ticks: u64 = fields[19].parse().expect("starttime");
+    assert_eq!(
+        start_ns / 10_000_000,
+        ticks,
+        "start time against /proc stat"
+    );
+
+    // Soft limits, "unlimited" being -1.
+    let soft = |name: &str| -> String {
+        let line = view
+            .limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .expect(name);
+        let value = line[name.len()..]
+            .split_whitespace()
+            .next()
+            .expect("soft limit");
+        if value == "unlimited" {
+            "-1".to_string()
+        } else {
+            value.to_string()
+        }
+    };
+    assert_eq!(
+        field("limits"),
+        format!(
+            "{} {} {} {} -1",
+            soft("Max open files"),
+            soft("Max stack size"),
+            soft("Max core file size"),
+            soft("Max processes")
+        )
+    );
+    let fds: Vec<u64> = field("fds")
+        .split(' ')
+        .map(|n| n.parse().expect("count"))
+        .collect();
+    assert_eq!(
+        fds[0], view.fd_count as u64,
+        "open descriptors against /proc fd"
+    );
+    assert!(
+        fds[1] >= fds[0] && fds[1].is_multiple_of(64),
+        "fd table size {}",
+        fds[1]
+    );
+
+    assert_eq!(field("cwd"), view.cwd);
+    assert_eq!(field("exe"), view.exe);
+    assert_eq!(field("stdout"), view.stdout);
+    let ancestry = field("ancestry");
+    assert!(
+        ancestry.ends_with(&format!("=>{}=>stapTaskFn", my_comm.trim())),
+        "ancestry {ancestry:?}, this thread is {my_comm:?}"
+    );
 }
