@@ -954,3 +954,27 @@ fn a_perf_chain_stays_within_the_kernel_tail_call_limit() {
         "{listing}"
     );
 }
+
+/// String registers that are short and only feed map keys live on the
+/// stack (`plan_stack_strings`): no nesting level, no per-CPU scratch
+/// lookup, the key built in the frame. A string used any other way (here
+/// printed) keeps the scratch region.
+const STACK_STRING_KEYS: &str = "global c, s, d\nprobe kernel.trace(\"sys_enter\") {\n  c[execname()]++\n  s[execname()] <<< 1\n  d[\"lit\"] = $id\n}\n";
+
+#[test]
+fn listing_short_string_keys_on_the_stack() {
+    let (module, map) = lower(STACK_STRING_KEYS);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let listing = bpf::listing(&object, &map);
+    let handler = listing.split("program ").nth(1).expect("one program");
+    assert!(!handler.contains("stap_scratch"), "{handler}");
+    insta::assert_snapshot!(listing);
+
+    let printed = STACK_STRING_KEYS.replace("  d[", "  printf(\"%s\\n\", execname())\n  d[");
+    let (module, map) = lower(&printed);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let listing = bpf::listing(&object, &map);
+    assert!(listing.contains("map[stap_scratch]"), "{listing}");
+}

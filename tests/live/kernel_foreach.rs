@@ -326,3 +326,65 @@ probe kernel.trace("sched_switch") {
     assert_success(&done);
     assert_eq!(done.stdout, "1 1\n", "stderr:\n{}", done.stderr);
 }
+
+/// A handler whose only strings are short map keys builds them on the stack
+/// (`bpf::emit`, `plan_stack_strings`: no scratch region, no nesting
+/// level). The counts, a statistic's count/sum/min/max by the same key,
+/// and a literal key must read as with keys built in scratch: one socket()
+/// per trigger run, the 15-character name whole.
+#[test]
+fn string_keys_built_on_the_stack_count_every_call() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let port = closed_port().to_string();
+    let script = format!(
+        r#"global counts, sizes, lits
+           probe kernel.trace("raw_syscalls:sys_enter") {{
+             if ($id == {SYS_SOCKET}) {{
+               counts[execname()]++
+               sizes[execname()] <<< 3
+               lits["socket"]++
+             }}
+           }}
+           probe end {{
+             foreach (k in counts)
+               printf("end %s %d %d %d %d %d\n", k, counts[k], @count(sizes[k]),
+                      @sum(sizes[k]), @min(sizes[k]), @max(sizes[k]))
+             printf("lits at least 3: %d\n", lits["socket"] >= 3)
+           }}"#
+    );
+    let mut session = Session::start(&["-e", &script]);
+    session.wait_ready();
+    for name in ["stapStk", "stapStkLongNam1", "stapStkLongNam1"] {
+        let status = Command::new(&trigger)
+            .args([name, "udp", "127.0.0.1", &port])
+            .status()
+            .expect("running the trigger");
+        assert!(status.success(), "trigger failed: {status}");
+    }
+    // SIGINT runs the end probe.
+    let status = Command::new("kill")
+        .args(["-INT", &session.pid().to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -INT failed");
+    let done = session.finish();
+    assert_success(&done);
+    let mut ours: Vec<&str> = done
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("end stapStk") || l.starts_with("lits "))
+        .collect();
+    ours.sort();
+    assert_eq!(
+        ours,
+        [
+            "end stapStk 1 1 3 3 3",
+            "end stapStkLongNam1 2 2 6 3 3",
+            "lits at least 3: 1"
+        ],
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+}

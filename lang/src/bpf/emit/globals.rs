@@ -25,9 +25,23 @@ impl Emitter<'_> {
         let key_text = self.key_text(global);
         let offsets = layout::key_offsets(&types, key_text);
         if self.key_on_stack(global, false) {
-            for (key, offset) in keys.iter().zip(&offsets) {
-                let k = self.operand(*key, R1);
-                self.push(Insn::store(DW, FP, FRAME_SMALL + *offset as i16, k));
+            for ((key, offset), ty) in keys.iter().zip(&offsets).zip(&types) {
+                let at = FRAME_SMALL + *offset as i16;
+                match ty {
+                    ValType::Long => {
+                        let k = self.operand(*key, R1);
+                        self.push(Insn::store(DW, FP, at, k));
+                    }
+                    // Only with the string registers on the stack
+                    // (`plan_stack_strings`): `key_text` bytes, in words.
+                    ValType::Str => {
+                        self.str_addr(*key, R3);
+                        for word in (0..key_text as i16).step_by(8) {
+                            self.push(Insn::load(DW, R0, R3, word));
+                            self.push(Insn::store(DW, FP, at + word, R0));
+                        }
+                    }
+                }
             }
             return;
         }

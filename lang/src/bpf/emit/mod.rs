@@ -9,7 +9,8 @@
 //!   may name the same register as operand and result.
 //! - String registers are fixed slots in this nesting level's scratch
 //!   region, always NUL-padded to `max_string_len` (hash keys built from
-//!   them compare bytewise). Zeroing uses `bpf_probe_read_kernel` from
+//!   them compare bytewise); in a handler whose strings are all short map
+//!   keys, slots in the stack frame instead (`plan_stack_strings`). Zeroing uses `bpf_probe_read_kernel` from
 //!   address 0: the read faults and the helper zero-fills its destination,
 //!   a memset in one helper call.
 //! - The stack frame (offsets from r10) is fixed: see the `FRAME_*`
@@ -63,6 +64,8 @@ const SMALL_BYTES: u32 = 64;
 /// 64 bytes: zeroed statistic values for inserts.
 const FRAME_SMALL_VALUE: i16 = -176;
 const FRAME_FIXED_BYTES: u32 = 176;
+/// At most this many bytes of string registers go on the stack.
+const STACK_STRINGS_BYTES: u32 = 128;
 /// The verifier unrolls the per-CPU loop of a statistic extraction and
 /// keeps a pending state per branch; past about 8192 of them it gives up,
 /// so the loop is capped.
@@ -152,6 +155,15 @@ enum RecordOffset {
     Fixed(u32),
     /// Kept at `FRAME_RECORD_OFFSET` (after a variable-length string).
     Running,
+}
+
+/// String registers kept in the stack frame instead of the scratch
+/// region (`plan_stack_strings`): below the spill slots, `slot_bytes` each.
+#[derive(Debug, Clone, Copy)]
+struct StackStrings {
+    base: i16,
+    slot_bytes: u32,
+    bytes: u32,
 }
 
 /// Offsets inside this handler's scratch region.
@@ -329,6 +341,7 @@ fn emit_handler<'a>(
         span: probe.span,
         diags: Vec::new(),
         scratch: ScratchLayout::default(),
+        stack_strings: None,
         epilogue: Label(0),
         release: Label(0),
         out_of_bounds,
@@ -350,6 +363,7 @@ fn emit_handler<'a>(
         used_catches: HashSet::new(),
     };
     emitter.plan_regions();
+    emitter.stack_strings = emitter.plan_stack_strings();
     emitter.scratch = emitter.plan_scratch();
     emitter.function_body();
     emitter
@@ -366,6 +380,7 @@ fn finish_probe(
     // verifier adds up the frames of the deepest call chain, each rounded
     // up to 32 bytes.
     let mut frame_bytes = FRAME_FIXED_BYTES + 8 * emitter.alloc.spill_slots;
+    frame_bytes += emitter.stack_strings.map_or(0, |s| s.bytes);
     let depth = emitter.regions.iter().map(|r| r.depth).max().unwrap_or(0);
     if depth > 0 {
         // A callback keeps its context pointer past the spill slots.
@@ -531,6 +546,8 @@ struct Emitter<'a> {
     span: Span,
     diags: Vec<Diagnostic>,
     scratch: ScratchLayout,
+    /// Set when every string register is short and only feeds map keys.
+    stack_strings: Option<StackStrings>,
     epilogue: Label,
     /// After the epilogue's output flush: gives the nesting level back.
     release: Label,
@@ -776,7 +793,10 @@ impl Emitter<'_> {
             Location::StrSlot(slot) => slot,
             _ => 0,
         };
-        self.scratch_addr(into, slot * self.stride);
+        match self.stack_strings {
+            Some(s) => self.frame_ptr(into, s.base + (slot * s.slot_bytes) as i16),
+            None => self.scratch_addr(into, slot * self.stride),
+        }
     }
 
     /// Bytes of string register `reg` that a definition must write: what
@@ -830,11 +850,89 @@ impl Emitter<'_> {
 
     // ----- scratch planning -----
 
+    /// Whether the string registers can live in the stack frame: each is
+    /// read at most `SMALL_BYTES` wide (`str_width`), all of them fit in
+    /// `STACK_STRINGS_BYTES`, and the only ops that touch them are the ones
+    /// that write a short string (`execname()`, a literal) and map ops that
+    /// use them as key parts of a key that fits `FRAME_SMALL`. Such a
+    /// handler (`c[execname()]++`, `s[execname()] <<< 1`) then needs no
+    /// scratch region, so no nesting level and its two map lookups per
+    /// event, and builds its key on the stack.
+    fn plan_stack_strings(&self) -> Option<StackStrings> {
+        let slots = self.alloc.string_slots;
+        // Kernel `foreach` callbacks share the frame layout; strings read
+        // before written would need zeroing at entry.
+        if slots == 0 || !self.regions.is_empty() {
+            return None;
+        }
+        let is_str = |reg: &Reg| self.function.reg_type(*reg) == ValType::Str;
+        if self.alloc.entry_live.iter().any(is_str) {
+            return None;
+        }
+        let mut widest = 8;
+        for block in &self.function.blocks {
+            for inst in &block.insts {
+                let defs = regalloc::op_defs(&inst.op);
+                let uses = regalloc::op_uses(&inst.op);
+                let strings: Vec<Reg> = defs.iter().chain(&uses).copied().filter(is_str).collect();
+                if strings.is_empty() {
+                    continue;
+                }
+                // What a definition writes whatever its uses read.
+                let writes = match &inst.op {
+                    Op::Builtin { name, .. } if name == "execname" => self.n.min(16),
+                    Op::ConstStr { id, .. } => {
+                        let text = self.module.string(*id).len() as u32;
+                        text.min(self.n - 1).div_ceil(8) * 8
+                    }
+                    _ => 0,
+                };
+                widest = widest.max(writes.next_multiple_of(8));
+                let allowed = match &inst.op {
+                    Op::Builtin { name, .. } => name == "execname",
+                    Op::ConstStr { .. } => true,
+                    Op::MapGet { global, keys, .. }
+                    | Op::MapSet { global, keys, .. }
+                    | Op::MapAdd { global, keys, .. }
+                    | Op::MapDelete { global, keys }
+                    | Op::MapContains { global, keys, .. }
+                    | Op::MapInsert { global, keys, .. }
+                    | Op::StatAdd { global, keys, .. } => {
+                        strings.iter().all(|reg| keys.contains(reg))
+                            && self.key_bytes(*global) <= SMALL_BYTES
+                    }
+                    _ => false,
+                };
+                if !allowed {
+                    return None;
+                }
+                for reg in strings {
+                    widest = widest.max(self.str_width(reg).next_multiple_of(8));
+                }
+            }
+        }
+        let bytes = slots * widest;
+        if widest > SMALL_BYTES || bytes > STACK_STRINGS_BYTES {
+            return None;
+        }
+        let below = FRAME_FIXED_BYTES + 8 * self.alloc.spill_slots + bytes;
+        Some(StackStrings {
+            base: -(below as i16),
+            slot_bytes: widest,
+            bytes,
+        })
+    }
+
     fn plan_scratch(&self) -> ScratchLayout {
         let stride = self.stride;
         let mut layout = ScratchLayout::default();
-        let mut next = self.alloc.string_slots * stride;
-        if self.alloc.string_slots > 0 {
+        let on_stack = self.stack_strings.is_some();
+        let mut next = if on_stack {
+            0
+        } else {
+            self.alloc.string_slots * stride
+        };
+        if self.alloc.string_slots > 0 && !on_stack {
             layout.temp = next;
             next += 2 * stride;
         }
@@ -976,9 +1074,12 @@ impl Emitter<'_> {
         layout::key_size(self.global_keys(global), self.key_text(global))
     }
 
+    /// Long-only keys of at most `SMALL_BYTES`, or any such key when the
+    /// string registers are on the stack too (`plan_stack_strings`).
     fn key_fits_stack(&self, global: GlobalId) -> bool {
         let keys = self.global_keys(global);
-        keys.iter().all(|k| *k == ValType::Long) && self.key_bytes(global) <= SMALL_BYTES
+        let longs = keys.iter().all(|k| *k == ValType::Long);
+        (longs || self.stack_strings.is_some()) && self.key_bytes(global) <= SMALL_BYTES
     }
 
     // ----- the function -----
