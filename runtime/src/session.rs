@@ -526,6 +526,11 @@ struct Feed<'a> {
     formats: Vec<Option<Vec<Piece>>>,
     /// The same formats' argument layouts, for the decoder.
     shapes: records::FormatShapes,
+    /// Kept between drains so a busy ring's batches and formatted lines
+    /// reuse their allocations (bench/analysis.md, "printing").
+    batch: Vec<u8>,
+    ends: Vec<usize>,
+    text: Vec<u8>,
 }
 
 impl<'a> Feed<'a> {
@@ -544,6 +549,9 @@ impl<'a> Feed<'a> {
             sources,
             formats: vec![None; module.formats.len()],
             shapes: records::FormatShapes::default(),
+            batch: Vec::new(),
+            ends: Vec::new(),
+            text: Vec::new(),
         })
     }
 }
@@ -930,18 +938,24 @@ impl Session<'_> {
     fn drain(&mut self, feed: usize) -> usize {
         // One copy of the whole batch (the ring's space is given back as
         // it is read), then one formatting pass and one write.
-        let mut batch = Vec::new();
-        let mut ends = Vec::new();
-        let records = self.feeds[feed].ring.consume(|bytes| {
+        let this = &mut self.feeds[feed];
+        let mut batch = std::mem::take(&mut this.batch);
+        let mut ends = std::mem::take(&mut this.ends);
+        batch.clear();
+        ends.clear();
+        let records = this.ring.consume(|bytes| {
             batch.extend_from_slice(bytes);
             ends.push(batch.len());
         });
         let mut start = 0;
-        for end in ends {
+        for &end in &ends {
             self.take_record(feed, &batch[start..end]);
             start = end;
         }
         self.flush_output();
+        let this = &mut self.feeds[feed];
+        this.batch = batch;
+        this.ends = ends;
         records
     }
 
@@ -1161,7 +1175,8 @@ impl Session<'_> {
                 None => printf::Value::Str(resolved.next().map_or(&[][..], |s| s.as_bytes())),
             })
             .collect();
-        let mut text = Vec::new();
+        let mut text = std::mem::take(&mut self.feeds[feed].text);
+        text.clear();
         let pieces = self.feeds[feed].formats[index]
             .as_deref()
             .unwrap_or_default();
@@ -1172,10 +1187,12 @@ impl Session<'_> {
             ));
             return;
         }
-        let text = self.runtime.name_stacks(&text);
-        if let Err(e) = self.runtime.output.write(&text) {
+        let named = self.runtime.name_stacks(&text);
+        if let Err(e) = self.runtime.output.write(&named) {
             self.output_error(&e);
         }
+        drop(named);
+        self.feeds[feed].text = text;
     }
 }
 

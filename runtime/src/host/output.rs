@@ -170,9 +170,11 @@ impl Output {
                 .iter()
                 .rposition(|b| *b == b'\n')
                 .map_or(0, |i| i + 1);
-            let rest = self.pending.split_off(cut);
-            let lines = std::mem::replace(&mut self.pending, rest);
-            self.sink_write(&lines)?;
+            // The written lines leave the front; the buffer keeps its
+            // capacity (a fresh one per spill meant a realloc chain).
+            let written = write_sink(&mut self.sink, &self.pending[..cut]);
+            self.pending.drain(..cut);
+            written?;
         }
         Ok(())
     }
@@ -183,8 +185,10 @@ impl Output {
         if matches!(self.sink, Sink::Buffer) {
             return Ok(());
         }
-        let pending = std::mem::take(&mut self.pending);
-        self.sink_write(&pending)?;
+        let written = write_sink(&mut self.sink, &self.pending);
+        // Cleared, not taken: the next batch reuses the allocation.
+        self.pending.clear();
+        written?;
         match &mut self.sink {
             Sink::Stdout(out) => out.flush(),
             Sink::File(file) => file.flush(),
@@ -199,21 +203,20 @@ impl Output {
             _ => Vec::new(),
         }
     }
+}
 
-    fn sink_write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        match &mut self.sink {
-            // Through `stop::write_all`, not `Write`: a write to a pipe
-            // nobody reads must not hold the session past a stop.
-            Sink::Stdout(out) => {
-                out.lock().flush()?;
-                crate::stop::write_all(libc::STDOUT_FILENO, bytes)
-            }
-            Sink::File(file) => crate::stop::write_all(file.as_raw_fd(), bytes),
-            Sink::Buffer => {
-                self.pending.extend_from_slice(bytes);
-                Ok(())
-            }
+/// Writes to a stdout or file sink (a `Buffer` keeps its bytes in
+/// `pending` and never writes).
+fn write_sink(sink: &mut Sink, bytes: &[u8]) -> io::Result<()> {
+    match sink {
+        // Through `stop::write_all`, not `Write`: a write to a pipe
+        // nobody reads must not hold the session past a stop.
+        Sink::Stdout(out) => {
+            out.lock().flush()?;
+            crate::stop::write_all(libc::STDOUT_FILENO, bytes)
         }
+        Sink::File(file) => crate::stop::write_all(file.as_raw_fd(), bytes),
+        Sink::Buffer => Ok(()),
     }
 }
 
