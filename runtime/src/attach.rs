@@ -35,97 +35,55 @@ pub struct Attached {
 
 /// Sampling perf events (`perf.*`, `timer.profile`), attached but not
 /// counting until the session switches them on. stap's probes go live
-/// together and stop together at `exit()`. An event enabled at its own
-/// attach counts from its own moment, with its own phase: two probes of the
-/// same period counted differently (perf1.stp's `p2 == p4`), and under
-/// emulation, where the timer interrupt falls behind and the kernel skips
-/// the periods missed, each lost a different share.
+/// together and stop together at `exit()`: an event enabled at its own
+/// attach would count from its own moment. So every event is opened
+/// disabled and the session enables them all in one tight loop.
 ///
-/// So the software events of `perf.*` probes (one CPU, see
-/// [`AttachKind::PerfEvent`]) are members of one perf group whose leader,
-/// a disabled dummy event, switches them all in one kernel call: their
-/// timers start within the same interrupts-off section, so events of equal
-/// period expire together and are served (or skipped) by the same
-/// interrupt. Other sampling events (hardware ones, which a group would
-/// have to fit into the PMU's counters all at once, and `timer.profile`'s
-/// per-CPU events) are enabled in one tight loop. Closing the fds detaches
-/// them.
+/// They are not one perf group, though one kernel call could switch a
+/// group on: from Linux 6.16 the kernel throttles a group as a whole
+/// when any member takes more samples in one tick than
+/// `perf_event_max_sample_rate / HZ`, and restarts it only at the CPU's
+/// next tick. On an idle CPU (no tick under NO_HZ) a 1 ms event passes
+/// that limit within half a second, so its one-second neighbours in the
+/// group stopped too, for as long as the CPU slept: perf1.stp's `p1 == 5`
+/// failed on a quiet host. (`perf record` of the group {cpu-clock every
+/// 10 us, cpu-clock every 1 s} on this host's 6.18: no sample of the
+/// slow event in 5.5 s, two runs; the two ungrouped: 4.) Probes whose
+/// events are identical share one event instead (`p2 == p4`), which
+/// throttling cannot split. Closing the fds detaches them.
 #[derive(Debug, Default)]
 pub struct SamplingEvents {
-    /// The group leader, once a member was opened: (CPU, leader).
-    group: Option<(u32, OwnedFd)>,
-    /// The group's members, enabled already: they count while the leader
-    /// does.
-    members: Vec<OwnedFd>,
-    /// Events enabled one by one.
-    single: Vec<OwnedFd>,
+    events: Vec<OwnedFd>,
 }
 
 impl SamplingEvents {
     /// Starts every event counting.
     pub fn enable(&self) -> io::Result<()> {
-        if let Some((_, leader)) = &self.group {
-            sys::perf_event_enable(leader.as_fd())?;
-        }
-        self.single
+        self.events
             .iter()
             .try_for_each(|fd| sys::perf_event_enable(fd.as_fd()))
     }
 
     /// Stops every event: called after the kernel handlers are switched
     /// off, so nothing samples while end probes run and the events are
-    /// closed. The members are disabled too, since closing the leader first
-    /// would make each a group of its own, counting again. A failure here
-    /// changes nothing the script sees, so it is ignored.
+    /// closed. A failure here changes nothing the script sees, so it is
+    /// ignored.
     pub fn disable(&self) {
-        let group = self.group.iter().map(|(_, leader)| leader);
-        for fd in group.chain(&self.members).chain(&self.single) {
+        for fd in &self.events {
             let _ = sys::perf_event_disable(fd.as_fd());
         }
     }
 
     fn len(&self) -> usize {
-        usize::from(self.group.is_some()) + self.members.len() + self.single.len()
+        self.events.len()
     }
 
     /// Opens `event` for `prog` on the CPUs its probe samples, not yet
     /// counting.
     fn open(&mut self, prog: BorrowedFd, event: &PerfEvent, every_cpu: bool) -> Result<(), String> {
-        let what = perf_event_name(event);
-        if every_cpu || event.perf_type != sys::PERF_TYPE_SOFTWARE {
-            let fds = perf_event(prog, event, every_cpu, Switch::Later)?;
-            self.single.extend(fds);
-            return Ok(());
-        }
-        let (cpu, leader) = match &self.group {
-            Some(group) => group,
-            None => {
-                let cpu = first_cpu()?;
-                let leader =
-                    sys::perf_event_open(&group_leader(), -1, cpu as i32).map_err(|e| {
-                        let e = os_error(&e);
-                        format!("perf_event_open for the perf probes' group on CPU {cpu}: {e}")
-                    })?;
-                &*self.group.insert((cpu, leader))
-            }
-        };
-        let cpu = *cpu;
-        let fd = sys::perf_event_open_member(event, cpu as i32, leader.as_fd())
-            .map_err(|e| format!("perf_event_open for {what} on CPU {cpu}: {}", os_error(&e)))?;
-        sys::perf_event_set_bpf(fd.as_fd(), prog)
-            .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
-        self.members.push(fd);
+        let fds = perf_event(prog, event, every_cpu, Switch::Later)?;
+        self.events.extend(fds);
         Ok(())
-    }
-}
-
-/// The group leader of [`SamplingEvents`]: a software event that counts
-/// nothing and never samples.
-fn group_leader() -> PerfEvent {
-    PerfEvent {
-        perf_type: sys::PERF_TYPE_SOFTWARE,
-        config: sys::PERF_COUNT_SW_DUMMY,
-        ..PerfEvent::default()
     }
 }
 

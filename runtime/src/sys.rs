@@ -69,8 +69,6 @@ pub const BPF_EXIST: u64 = 2;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
 pub const PERF_TYPE_TRACEPOINT: u32 = 2;
 pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
-/// A software event that counts nothing: a perf group's leader.
-pub const PERF_COUNT_SW_DUMMY: u64 = 9;
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
@@ -1104,38 +1102,13 @@ pub struct PerfEvent {
 /// perf_event_open(attr, pid, cpu, -1, CLOEXEC), opened disabled: attach a
 /// program, then [`perf_event_enable`].
 pub fn perf_event_open(event: &PerfEvent, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    open_perf_event(event, pid, cpu, None)
-}
-
-/// perf_event_open(attr, -1, cpu, leader, CLOEXEC): a member of `leader`'s
-/// group, opened enabled, so it counts whenever the leader does
-/// ([`perf_event_enable`] on the leader).
-pub fn perf_event_open_member(
-    event: &PerfEvent,
-    cpu: i32,
-    leader: BorrowedFd,
-) -> io::Result<OwnedFd> {
-    open_perf_event(event, -1, cpu, Some(leader))
-}
-
-fn open_perf_event(
-    event: &PerfEvent,
-    pid: i32,
-    cpu: i32,
-    leader: Option<BorrowedFd>,
-) -> io::Result<OwnedFd> {
     let name = event.probe_name.as_deref().map(cstring).transpose()?;
-    let disabled = if leader.is_some() {
-        0
-    } else {
-        PERF_ATTR_DISABLED
-    };
     let mut attr = PerfEventAttr {
         perf_type: event.perf_type,
         size: size_of::<PerfEventAttr>() as u32,
         config: event.config,
         sample_period_or_freq: event.sample_freq.unwrap_or(event.sample_period),
-        flags: disabled
+        flags: PERF_ATTR_DISABLED
             | if event.sample_freq.is_some() {
                 PERF_ATTR_FREQ
             } else {
@@ -1147,15 +1120,14 @@ fn open_perf_event(
         ..Default::default()
     };
     // SAFETY: attr is a live perf_event_attr with its own size in `size`;
-    // config1 points to a NUL-terminated string alive until after the call;
-    // the group fd is borrowed for the call.
+    // config1 points to a NUL-terminated string alive until after the call.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
             &mut attr as *mut PerfEventAttr,
             pid as libc::pid_t,
             cpu as libc::c_int,
-            leader.map_or(-1, |fd| fd.as_raw_fd()) as libc::c_int,
+            -1 as libc::c_int,
             PERF_FLAG_FD_CLOEXEC,
         )
     };
