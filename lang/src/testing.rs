@@ -568,6 +568,8 @@ type FunctionDef = (
 #[rustfmt::skip]
 const FUNCTIONS: &[FunctionDef] = &[
     ("tcp_sendmsg", Some("int"), &[SK, ("msg", "struct msghdr *"), ("size", "size_t")], None),
+    // The BPF LSM stub of the socket_bind hook (kernel.lsm probes).
+    ("bpf_lsm_socket_bind", Some("int"), &[("sock", "struct socket *"), ("address", "struct sockaddr *"), ("addrlen", "int")], None),
     ("tcp_recvmsg", Some("int"), &[SK, ("msg", "struct msghdr *"), ("len", "size_t"), ("flags", "int")], None),
     ("tcp_v4_connect", Some("int"), &[SK, ("uaddr", "struct sockaddr *"), ("addr_len", "int")], None),
     ("tcp_v4_rcv", Some("int"), &[SKB], None),

@@ -43,6 +43,18 @@ fn refused_tapset_functions_say_why() {
     ));
 }
 
+/// LSM probes are refused at their line; a hook the kernel lacks is
+/// named as such first. `lsm.HOOK` means the same as `kernel.lsm("HOOK")`.
+#[test]
+fn lsm_probes_are_refused_at_the_probe_line() {
+    insta::assert_snapshot!(errors(
+        "probe kernel.lsm(\"socket_bind\") { $return = -1 }\n\
+         probe lsm.socket_bind { }\n\
+         probe kernel.lsm(\"no_such_hook\") { }\n\
+         probe kernel.lsm { }"
+    ));
+}
+
 #[test]
 fn unknown_variable() {
     // As stap: a warning (with the likely misspelling), and the local

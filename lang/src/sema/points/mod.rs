@@ -7,6 +7,7 @@
 mod function;
 mod kprobe;
 mod lifecycle;
+mod lsm;
 mod netfilter;
 mod perf;
 mod process;
@@ -104,6 +105,7 @@ const FAMILIES: &[&[&str]] = &[
     process::NAMES,
     lifecycle::NAMES,
     kprobe::NAMES,
+    lsm::NAMES,
     netfilter::NAMES,
     procfs::NAMES,
     syscall::NAMES,
@@ -367,6 +369,9 @@ impl<'a> Elaborator<'a> {
                 return found;
             }
         }
+        if comps.len() == 2 && comps[0].name == "lsm" {
+            return self.resolve_lsm(comps, span);
+        }
         let written = render(comps);
         let dotted: Vec<&str> = comps.iter().map(|c| c.name.as_str()).collect();
         let dotted = dotted.join(".");
@@ -485,6 +490,7 @@ impl<'a> Elaborator<'a> {
                 self.resolve_function(comps, span).map(Some)
             }
             ["kprobe", ..] => self.resolve_kprobe(comps, span).map(Some),
+            ["kernel", "lsm"] => self.resolve_lsm(comps, span).map(Some),
             ["timer", ..] => Ok(timer::resolve(comps, span, self.facts)?.and_then(one)),
             ["perf", ..] => self.resolve_perf(comps, span).map(one),
             ["netfilter", "hook" | "pf", ..] => self.resolve_netfilter(comps, span).map(one),
