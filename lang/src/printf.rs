@@ -428,10 +428,11 @@ fn format_one<'v, 'a: 'v>(
             let mut digits = integer_digits(n, base, upper, precision);
             let mut prefix = "";
             if flags.alternate {
+                // stap's runtime, not C: `#` always adds the prefix, so zero
+                // is `0x0` and `00`, and `%#.3o` of 8 is `0010`.
                 match base {
-                    // C: `#` with `o` makes the first digit a zero.
-                    8 if !digits.starts_with('0') => digits.insert(0, '0'),
-                    16 if n != 0 => prefix = if upper { "0X" } else { "0x" },
+                    8 => digits.insert(0, '0'),
+                    16 => prefix = if upper { "0X" } else { "0x" },
                     _ => {}
                 }
             }
@@ -735,8 +736,13 @@ mod tests {
             text("%#x %#X %#o", &[Long(255), Long(255), Long(8)]),
             "0xff 0XFF 010"
         );
-        // `#` adds no prefix to zero.
-        assert_eq!(text("%#x %#o", &[Long(0), Long(0)]), "0 0");
+        // As stap's runtime (C differs): `#` adds the prefix to zero too,
+        // and `o`'s zero even before precision zeros.
+        assert_eq!(
+            text("%#x %#X %#o", &[Long(0), Long(0), Long(0)]),
+            "0x0 0X0 00"
+        );
+        assert_eq!(text("%#.3o %#5x", &[Long(8), Long(0)]), "0010   0x0");
         assert_eq!(text("%#08x", &[Long(255)]), "0x0000ff");
         assert_eq!(text("%+u", &[Long(3)]), "3");
     }

@@ -62,14 +62,11 @@ pub(crate) struct BulkOpPlace {
     pub sources: Vec<BulkSource>,
 }
 
-/// The formats map's two `bpf_snprintf` formats for one piece: `%#x` is
-/// `0` for zero and `0x...` otherwise, and `bpf_snprintf` takes no `#`.
-/// Nor does it take a letter or digit right after `%s`, so the `0x` is
-/// a string argument of its own.
+/// The formats map's `bpf_snprintf` format for one piece, stap's `%#x`
+/// (`0x0` for zero too). `bpf_snprintf` takes no `#`, nor a letter or
+/// digit right after `%s`, so the `0x` is a string argument of its own.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BulkFormats {
-    /// `%s%llx`: the name, then the value 0.
-    pub zero: u32,
     /// `%s%s%llx`: the name, `0x`, then the value.
     pub hex: u32,
     /// `0x`.
@@ -103,15 +100,13 @@ pub(crate) fn without_lists(function: &Function) -> Function {
     function
 }
 
-/// Appends the two piece formats to `data`.
+/// Appends the piece format and its prefix to `data`.
 pub(crate) fn place_formats(data: &mut Vec<u8>) -> BulkFormats {
-    let zero = data.len() as u32;
-    data.extend_from_slice(b"%s%llx\0");
     let hex = data.len() as u32;
     data.extend_from_slice(b"%s%s%llx\0");
     let prefix = data.len() as u32;
     data.extend_from_slice(b"0x\0");
-    BulkFormats { zero, hex, prefix }
+    BulkFormats { hex, prefix }
 }
 
 /// Appends the rows of one program whose functions' handlers are

@@ -93,20 +93,12 @@ impl Emitter<'_> {
             }
             self.push(Insn::mov_imm(R0, 0));
             self.bind(have);
-            // Zero: (name, 0). Else: (name, "0x", value).
+            // (name, "0x", value): stap's `%#x`, `0x0` for zero too.
             self.scratch_addr(R1, self.scratch.sprintf);
-            self.push(Insn::store(DW, R1, 8, R0));
             self.push(Insn::store(DW, R1, 16, R0));
-            let hex = self.new_label();
-            let printed = self.new_label();
-            self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), hex);
-            self.snprintf_at_pos(map, pieces.zero, 2);
-            self.goto(printed);
-            self.bind(hex);
             self.ld_map_value(R2, map, pieces.prefix as i32);
             self.push(Insn::store(DW, R1, 8, R2));
             self.snprintf_at_pos(map, pieces.hex, 3);
-            self.bind(printed);
         }
         self.bind(done);
         self.str_addr(dst, R1);

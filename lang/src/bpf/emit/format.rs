@@ -401,39 +401,26 @@ impl Emitter<'_> {
         self.push(Insn::mov_imm(R1, MAX_DIGITS));
         self.push(Insn::store(DW, FP, LEN, R1));
 
-        // Zeros: the precision's, then `#` with `%o` makes the first digit
-        // a zero.
+        // Zeros: the precision's, then `#` with `%o` adds one more, always
+        // (stap's runtime; C only when the digits start with none).
         self.push(Insn::load(DW, R2, FP, PREC));
         self.push(Insn::mov_imm(R3, 0));
         self.push(Insn::jump_reg(insn::JSLE, R2, R1, 2));
         self.push(Insn::mov_reg(R3, R2));
         self.push(Insn::alu64_reg(insn::SUB, R3, R1));
         if conversion == Conversion::Octal && spec.flags.alternate {
-            let no = self.new_label();
-            let yes = self.new_label();
-            self.jump(Insn::jump_imm(insn::JNE, R3, 0, 0), no);
-            self.push(Insn::load(DW, R0, FP, VALUE));
-            self.jump(Insn::jump_imm(insn::JNE, R0, 0, 0), yes);
-            self.jump(Insn::jump_imm(insn::JNE, R1, 0, 0), no);
-            self.bind(yes);
-            self.push(Insn::mov_imm(R3, 1));
-            self.bind(no);
+            self.push(Insn::alu64_imm(insn::ADD, R3, 1));
         }
         self.push(Insn::store(DW, FP, ZEROS, R3));
 
-        // The 0x prefix: always for %p, for non-zero values with `#`.
+        // The 0x prefix: for %p, and with `#` for every value, zero too
+        // (stap's runtime prints `0x0` where C prints `0`).
         self.push(Insn::store_imm(DW, FP, PREFIX, 0));
         let hex_alternate = matches!(conversion, Conversion::HexLower | Conversion::HexUpper)
             && spec.flags.alternate;
         if pointer || hex_alternate {
-            let none = self.new_label();
-            if !pointer {
-                self.push(Insn::load(DW, R0, FP, VALUE));
-                self.jump(Insn::jump_imm(insn::JEQ, R0, 0, 0), none);
-            }
             let x = if upper { b'X' } else { b'x' };
             self.push(Insn::store_imm(DW, FP, PREFIX, x as i32));
-            self.bind(none);
         }
 
         // FILL = WIDTH - (sign + prefix + zeros + digits), at least 0.
