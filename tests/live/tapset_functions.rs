@@ -102,6 +102,7 @@ fn byte_order_and_wait_status_helpers_in_a_tracepoint() {
                     big_endian2(0x1234), big_endian4(0x12345678),
                     htonll(0x0102030405060708), ntohll(htonll(-2)), little_endian2(0x12345),
                     big_endian8(1), WIFEXITED(0x0300), WEXITSTATUS(0x0300), WTERMSIG(0x89))
+             printf("%d %d\n", HZ(), atomic_read(&@cast(task_current(), "struct task_struct")->signal->live))
              exit()
            }"#,
     ]);
@@ -111,13 +112,16 @@ fn byte_order_and_wait_status_helpers_in_a_tracepoint() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_success(&done);
     let expected = format!(
-        "2 10 {:x} {:x} {:x} {:x} {:x} {:x} 1 3 9\n",
+        // The last 1: the trigger has one thread, its signal_struct's
+        // live count.
+        "2 10 {:x} {:x} {:x} {:x} {:x} {:x} 1 3 9\n{} 1\n",
         0x1234u16.swap_bytes(),
         0x1234_5678u32.swap_bytes(),
         0x0102_0304_0506_0708u64.swap_bytes(),
         (-2i64) as u64,
         0x12345 & 0xffff,
         1u64.swap_bytes(),
+        super::kernel_hz(),
     );
     assert_eq!(done.stdout, expected, "stderr: {}", done.stderr);
 }
