@@ -294,9 +294,10 @@ fn kill_9_cleanup(option: &str) {
     if skip_without(option) {
         return;
     }
+    // Two bodies that differ: identical ones would share one program.
     let script = r#"global hits
         probe kernel.function("tcp_sendmsg") { hits++ }
-        probe kernel.function("tcp_recvmsg").return { hits++ }"#;
+        probe kernel.function("tcp_recvmsg").return { hits += 2 }"#;
     let mut session = Session::start(&["--kernel-probes", option, "-e", script]);
     session.wait_ready();
     let (progs, links) = bpf_ids_of(session.pid());
