@@ -295,6 +295,31 @@ fn closed_port() -> u16 {
 }
 
 #[track_caller]
+/// Whether this kernel lacks the `bpf_task_from_pid` kfunc (Linux 6.1, a
+/// guest), which `pid2task()` in kernel probes needs: `-p4` says so, and
+/// the caller skips with that line.
+fn skip_without_task_from_pid() -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
+        .args([
+            "-p4",
+            "-e",
+            r#"probe kernel.trace("sched_switch") { println(pid2task(1)) }"#,
+        ])
+        .output()
+        .expect("running stap-rs -p4");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    match stderr
+        .lines()
+        .find(|l| l.contains("bpf_task_from_pid kfunc"))
+    {
+        Some(why) => {
+            eprintln!("stap-rs-skip: {}", why.trim_start_matches("error: "));
+            true
+        }
+        None => false,
+    }
+}
+
 fn assert_success(done: &Finished) {
     assert!(
         done.status.success(),

@@ -6,7 +6,7 @@
 //! events the kernel makes anyway. All of them sit on tracepoints, so they
 //! run on this host (no kprobes, no fentry) as in the VM guests.
 
-use super::{Session, assert_success, serial};
+use super::{Session, assert_success, serial, skip_without_task_from_pid};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -791,21 +791,7 @@ probe kernel.trace("sched_process_exit") { if (execname() == "stapRetvalCat") pr
 #[test]
 fn pid2task_and_the_pid_forms_read_a_process_we_started() {
     let _one = serial();
-    // Linux 6.1 (a guest) has no bpf_task_from_pid: -p4 says so.
-    let out = Command::new(env!("CARGO_BIN_EXE_stap-rs"))
-        .args([
-            "-p4",
-            "-e",
-            r#"probe kernel.trace("sched_switch") { println(pid2task(1)) }"#,
-        ])
-        .output()
-        .expect("running stap-rs -p4");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if let Some(why) = stderr
-        .lines()
-        .find(|l| l.contains("bpf_task_from_pid kfunc"))
-    {
-        eprintln!("stap-rs-skip: {}", why.trim_start_matches("error: "));
+    if skip_without_task_from_pid() {
         return;
     }
     let sleeper = renamed("/bin/sleep", "stapPidSleep");
