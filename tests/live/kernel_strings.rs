@@ -278,13 +278,7 @@ fn text_strn_in_a_tracepoint_matches_the_host() {
     let done = session.finish();
     let _ = std::fs::remove_dir_all(&dir);
     assert_success(&done);
-    let line = |side: &str| {
-        done.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{side} ")))
-            .unwrap_or_else(|| panic!("no {side} line in:\n{}", done.stdout))
-            .to_string()
-    };
+    let line = |side: &str| side_line(&done.stdout, side);
     let whole = r#"a\t\"b.missing"#;
     let expected = format!(r#"{whole}|a\t\"|"a\"...|""...|"{whole}"|"{whole}""#);
     assert_eq!(line("kernel"), expected, "{}", done.stdout);
@@ -334,13 +328,17 @@ fn string_comparisons_in_a_tracepoint_match_the_host() {
     let done = session.finish();
     let _ = std::fs::remove_dir_all(&dir);
     assert_success(&done);
-    let line = |side: &str| {
-        done.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{side} ")))
-            .unwrap_or_else(|| panic!("no {side} line in:\n{}", done.stdout))
-            .to_string()
-    };
+    let line = |side: &str| side_line(&done.stdout, side);
     assert_eq!(line("kernel"), "111111011010", "{}", done.stdout);
     assert_eq!(line("host"), line("kernel"), "{}", done.stdout);
+}
+
+/// The rest of the line of `stdout` that starts with `side` and a space
+/// (the kernel probe's and the host probe's answers to the same calls).
+fn side_line(stdout: &str, side: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{side} ")))
+        .unwrap_or_else(|| panic!("no {side} line in:\n{stdout}"))
+        .to_string()
 }
