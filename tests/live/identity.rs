@@ -58,6 +58,44 @@ fn identity_stack_strings_and_task_in_a_tracepoint() {
     );
 }
 
+/// `probe_type()` and `is_return()` are stap's answers for each probe
+/// point, in kernel and host probes alike, through one function both
+/// call: a tracepoint named directly, the stdlib's `syscall.*.return`
+/// (an exit tracepoint where stap has a kretprobe), begin and end.
+#[test]
+fn probe_type_and_is_return_in_kernel_and_host_probes() {
+    let _one = serial();
+    let done = Session::start(&[
+        "-c",
+        "cat /dev/null",
+        "-e",
+        r#"global entered, returned
+           function kind() { return sprintf("%s %d", probe_type(), is_return()) }
+           probe begin { printf("begin %s\n", kind()) }
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (pid() == target() && !entered++) printf("enter %s\n", kind())
+           }
+           probe syscall.openat.return {
+             if (pid() == target() && !returned++) printf("return %s\n", kind())
+           }
+           probe end { printf("end %s\n", kind()) }"#,
+    ])
+    .finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "begin begin_end 0",
+            "enter kernel_tracepoint 0",
+            "return kretprobe 1",
+            "end begin_end 0",
+        ],
+        "{}",
+        done.stdout
+    );
+}
+
 /// thread_indent in a kernel probe: stap's `%6d NAME(TID):` prefix, one
 /// space per level below the first, the time relative to the outermost.
 #[test]

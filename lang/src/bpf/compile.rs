@@ -592,8 +592,9 @@ const RUNTIME_IDENTITIES: &[&str] = &["ppfunc", "probefunc"];
 
 /// The identity built-ins `function` calls.
 fn identity_calls(function: &Function) -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = ["pp", "pn", "ppfunc", "probefunc", "probemod"]
-        .into_iter()
+    let mut names: Vec<&'static str> = identity::NAMES
+        .iter()
+        .copied()
         .filter(|wanted| {
             function
                 .blocks

@@ -213,6 +213,8 @@ const BUILTINS: &[Builtin] = &[
     both("probemod", &[], STRING, "Name of the module the probed function lives in"),
     both("ppfunc", &[], STRING, "Function name parsed from the probe point"),
     both("pn", &[], STRING, "The probe point as the script wrote it, wildcards included"),
+    both("probe_type", &[], STRING, "Kind of low-level probe handler the probe runs in (stap's names: kprobe, kernel_tracepoint, begin_end, ...)"),
+    both("is_return", &[], LONG, "1 in a return probe (a kernel or user function's .return), else 0"),
     both("caller_addr", &[], LONG, "Address in the caller of the probed function (0 in host probes)"),
     both("user_mode", &[], LONG, "1 if the probe fired in user mode, else 0"),
     points_to("struct task_struct", kernel_only("task_current", &[], LONG, "Address of the current task_struct")),

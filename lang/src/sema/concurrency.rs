@@ -43,6 +43,8 @@ const STABLE_BUILTINS: &[&str] = &[
     "cpu",
     "target",
     "pp",
+    "probe_type",
+    "is_return",
     "probefunc",
 ];
 

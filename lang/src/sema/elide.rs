@@ -33,6 +33,8 @@ fn builtin_is_pure(name: &str) -> bool {
         "probefunc",
         "probemod",
         "ppfunc",
+        "probe_type",
+        "is_return",
         "get_cycles",
         "jiffies",
         "ktime_get_ns",

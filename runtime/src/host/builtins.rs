@@ -61,6 +61,8 @@ pub const TABLE: &[&str] = &[
     "pp",
     "pn",
     "ppfunc",
+    "probe_type",
+    "is_return",
     "probefunc",
     "probemod",
     "caller_addr",
@@ -308,6 +310,12 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             .get(rt.probe)
             .map_or_else(Vec::new, |p| p.to_vec())),
         "ppfunc" => s(stap_lang::ir::identity::ppfunc(&probe_point(rt)).into_bytes()),
+        "probe_type" => s(rt
+            .probe_types
+            .get(rt.probe)
+            .map_or_else(Vec::new, |t| t.as_bytes().to_vec())),
+        // Host probes (begin, end, error, timers, procfs) are never returns.
+        "is_return" => l(0),
         // Host probes run at no probed address, in no module, with no
         // caller, in no user context (stap's begin and end probes alike).
         "probefunc" | "probemod" => s(Vec::new()),

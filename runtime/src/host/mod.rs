@@ -90,6 +90,8 @@ pub struct HostRuntime {
     pub(crate) probe_points: Rc<[Box<[u8]>]>,
     /// Each probe's point as written, for `pn()`.
     pub(crate) probe_names: Rc<[Box<[u8]>]>,
+    /// Each probe's `probe_type()`.
+    pub(crate) probe_types: Rc<[&'static str]>,
     /// The probe whose hit is running.
     pub(crate) probe: usize,
     /// Where `%m`/`%M` read kernel memory.
@@ -154,6 +156,11 @@ impl HostRuntime {
                 .probes
                 .iter()
                 .map(|p| p.written.as_bytes().into())
+                .collect(),
+            probe_types: module
+                .probes
+                .iter()
+                .map(stap_lang::ir::identity::probe_type)
                 .collect(),
             probe: 0,
             kmem: kmem::KernelMemory::default(),

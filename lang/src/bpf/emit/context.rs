@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::bpf::facts::{CompatCheck, TS_COMPAT, TaskChain};
+use crate::ir::identity::{self, Identity};
 
 /// Stack-passed arguments a kprobe or uprobe reads (stap's limit for a
 /// function's parameters is the same order: the kernel has none past 13).
@@ -454,11 +455,15 @@ impl Emitter<'_> {
                 self.snprintf(dst, offset, &[addr]);
                 self.module_of_symbol(dst);
             }
-            name if crate::ir::identity::is_identity(name) => {
+            name if identity::is_identity(name) => {
                 let Some(dst) = dst else { return };
                 let probe = &self.module.probes[self.probe as usize];
-                match crate::ir::identity::constant(name, probe) {
-                    Some(text) => self.const_str(dst, &text),
+                match identity::constant(name, probe) {
+                    Some(Identity::Text(text)) => self.const_str(dst, &text),
+                    Some(Identity::Long(value)) => {
+                        self.push(Insn::mov_imm(R0, value as i32));
+                        long_result(self);
+                    }
                     None => self.probefunc_from_stack(dst),
                 }
             }
