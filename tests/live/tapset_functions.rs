@@ -6,7 +6,8 @@
 //! BPF, against the same values computed here.
 
 use super::{
-    Session, assert_success, build, serial, skip_without_task_from_pid, trigger_until_done,
+    Session, assert_success, build, closed_port, serial, skip_without_task_from_pid,
+    trigger_until_done,
 };
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -326,5 +327,66 @@ fn task_credentials_paths_and_limits_match_proc() {
     assert!(
         ancestry.ends_with(&format!("=>{}=>stapTaskFn", my_comm.trim())),
         "ancestry {ancestry:?}, this thread is {my_comm:?}"
+    );
+}
+
+/// The socket and signal constants (stdlib/net/sockconst.stp and
+/// stdlib/kernel/signal.stp) in tracepoints: the trigger's UDP socket
+/// at `socket(2)` (AF_INET, SOCK_DGRAM, protocol 0), its signals at
+/// `signal_generate` (SIGUSR2 raised while blocked, then SIGUSR1) with
+/// the handler the trigger installed through glibc (which adds
+/// SA_RESTORER).
+#[test]
+fn socket_and_signal_constants_in_tracepoints() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let dir = std::env::temp_dir().join(format!("stap-rs-sigsock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("v");
+    let path = path.to_str().expect("utf-8 path");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global sockets, signals
+           probe kernel.trace("syscalls:sys_enter_socket") {
+             if (execname() != "stapSigSock" || sockets++) next
+             printf("%s %s %s %d %d %d %s\n", sock_fam_num2str($family), sock_type_num2str($type & 0xf),
+                    sock_prot_num2str($protocol), sock_fam_str2num(sock_fam_num2str($family)) == $family,
+                    sock_type_str2num("DGRAM"), sock_prot_str2num("UDP"), sock_state_num2str(3))
+           }
+           probe kernel.trace("signal:signal_generate") {
+             if (task_execname($task) != "stapSigStr" || ($sig != 10 && $sig != 12) || signals >= 2) next
+             signals++
+             act = &@cast($task, "struct task_struct")->sighand->action[$sig - 1]
+             h = get_sa_handler(act)
+             printf("%d %d %d [%s] [%s] [%s] %d %s\n", $sig, is_sig_blocked($task, 12), is_sig_blocked($task, 10),
+                    sigset_mask_str(get_sigset(&@cast($task, "struct task_struct")->blocked)),
+                    sa_flags_str(get_sa_flags(act)), sigset_mask_str(get_sigaction_mask(act)),
+                    sa_handler_str(h) == sprintf("%p", h) && h > 1, sa_handler_str(0))
+             if (signals == 2 && sockets) exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    let port = closed_port().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !session.has_exited() && Instant::now() < deadline {
+        for args in [
+            &["stapSigSock", "udp", "127.0.0.1", &port][..],
+            &["stapSigStr", "family", path][..],
+        ] {
+            let status = Command::new(&trigger).args(args).status().expect("trigger");
+            assert!(status.success(), "trigger {args:?}: {status}");
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let done = session.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    assert_eq!(
+        done.stdout,
+        "INET DGRAM IP 1 2 17 CONNECTED\n\
+         12 1 0 [12] [RESTORER] [] 1 default\n\
+         10 0 0 [] [RESTORER] [] 1 default\n",
+        "stderr: {}",
+        done.stderr
     );
 }
