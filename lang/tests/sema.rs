@@ -584,3 +584,13 @@ fn register_arguments_in_a_syscall_return_are_entry_values() {
     );
     insta::assert_snapshot!(text);
 }
+
+/// A function with no `return EXPR` takes the type its uses give its
+/// value, as in stap: a long (returning 0) under `%d` and arithmetic, a
+/// string (returning "") under `%s`.
+#[test]
+fn a_function_that_returns_nothing_is_typed_by_its_uses() {
+    insta::assert_snapshot!(listing(
+        "function n() { }\nfunction s() { }\nprobe begin { printf(\"%d %s\\n\", n() + 1, s()); exit() }"
+    ));
+}

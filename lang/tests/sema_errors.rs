@@ -542,3 +542,13 @@ fn a_builtin_that_returns_nothing_used_as_a_value() {
         "probe begin { for (exit(); 0; exit()) {}; y = exit(); println(printf(\"x\")) }"
     ));
 }
+
+/// A script function with no `return EXPR` used as a value where nothing
+/// gives that value a type is stap's unresolved type, at each such call
+/// (`y = f()` also leaves `y` untyped); as a statement it is fine.
+#[test]
+fn a_function_that_returns_nothing_used_as_a_value() {
+    insta::assert_snapshot!(errors(
+        "function f() { }\nfunction g() { f() }\nprobe begin { g(); println(f()); y = f(); if (f() == g()) exit() }"
+    ));
+}

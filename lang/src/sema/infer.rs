@@ -65,14 +65,17 @@ struct State<'d> {
     diags: &'d mut Vec<Diagnostic>,
 }
 
-/// Infers every type; writes them into the HIR.
+/// Infers every type; writes them into the HIR. Returns, per function,
+/// whether it returns nothing: no `return EXPR`, and no use of its value
+/// gave it a type (stap's "void" function, typed long here so its calls
+/// as statements compile; `misuse` refuses its calls as values).
 pub(crate) fn infer(
     globals: &mut [Global],
     referenced: &[bool],
     functions: &mut [Function],
     probes: &mut [Probe],
     diags: &mut Vec<Diagnostic>,
-) {
+) -> Vec<bool> {
     let errors_before = diags.iter().any(Diagnostic::is_error);
     let mut bodies: Vec<Table> = Vec::new();
     let mut body_names = Vec::new();
@@ -121,7 +124,14 @@ pub(crate) fn infer(
     state.report = true;
     state.walk_all(functions, probes);
     let quiet = errors_before || state.diags.iter().any(Diagnostic::is_error);
+    let returns_nothing = functions
+        .iter()
+        .enumerate()
+        // Not after other errors, which may be why (an embedded-C body).
+        .map(|(i, _)| !quiet && !state.rets.types[i].is_known() && !state.has_value_return[i])
+        .collect();
     state.finish(globals, referenced, functions, probes, quiet);
+    returns_nothing
 }
 
 impl State<'_> {

@@ -4,15 +4,34 @@
 //!   (stap: "cannot 'break' outside loop");
 //! - a built-in that returns nothing (`exit()`, `printf(...)`) only as a
 //!   statement of its own: `y = exit()` has no value to take, which stap
-//!   reports as an unresolved type.
+//!   reports as an unresolved type;
+//! - likewise a script function that returns nothing (no `return EXPR`),
+//!   where nothing else gives its value a type: stap types such a
+//!   function by its uses (`printf("%d", f())` makes it a long returning
+//!   0), so only a use that leaves the type open (`println(f())`, `f() ==
+//!   g()`) is an error, stap's unresolved type.
 
 use super::builtins::{self, ReturnType};
 use super::hir::{Block, Expr, ExprKind, Function, Probe, Stmt, StmtKind};
 use super::walk::{self, Node};
 use crate::diag::Diagnostic;
 
-pub(super) fn check(functions: &mut [Function], probes: &mut [Probe]) -> Vec<Diagnostic> {
-    let mut check = Check::default();
+/// `returns_nothing[f]`: function `f` returns nothing (from `infer`).
+pub(super) fn check(
+    functions: &mut [Function],
+    probes: &mut [Probe],
+    returns_nothing: &[bool],
+) -> Vec<Diagnostic> {
+    let names: Vec<String> = functions.iter().map(|f| f.name.clone()).collect();
+    let mut check = Check {
+        loops: 0,
+        returns_nothing: returns_nothing
+            .iter()
+            .zip(names)
+            .map(|(nothing, name)| nothing.then_some(name))
+            .collect(),
+        diags: Vec::new(),
+    };
     for f in functions {
         check.block(&mut f.body);
     }
@@ -25,9 +44,10 @@ pub(super) fn check(functions: &mut [Function], probes: &mut [Probe]) -> Vec<Dia
     check.diags
 }
 
-#[derive(Default)]
 struct Check {
     loops: usize,
+    /// By function: its name if it returns nothing.
+    returns_nothing: Vec<Option<String>>,
     diags: Vec<Diagnostic>,
 }
 
@@ -142,16 +162,33 @@ impl Check {
     /// An expression whose value is used, with everything inside it.
     fn value(&mut self, e: &mut Expr) {
         let diags = &mut self.diags;
+        let returns_nothing = &self.returns_nothing;
         walk::expr(e, &mut |node| {
-            if let Node::Expr(e) = node
-                && let ExprKind::Builtin { name, .. } = &e.kind
-                && builtins::lookup(name).is_some_and(|b| b.ret == ReturnType::Void)
-            {
-                diags.push(
-                    Diagnostic::error(format!("`{name}()` returns no value"))
-                        .at(e.span, "used as a value here")
-                        .note("stap: unresolved type; call it as a statement of its own"),
-                );
+            let Node::Expr(e) = node else { return };
+            match &e.kind {
+                ExprKind::Builtin { name, .. }
+                    if builtins::lookup(name).is_some_and(|b| b.ret == ReturnType::Void) =>
+                {
+                    diags.push(
+                        Diagnostic::error(format!("`{name}()` returns no value"))
+                            .at(e.span, "used as a value here")
+                            .note("stap: unresolved type; call it as a statement of its own"),
+                    );
+                }
+                ExprKind::Call { function, .. } => {
+                    if let Some(Some(name)) = returns_nothing.get(function.0 as usize) {
+                        diags.push(
+                            Diagnostic::error(format!("`{name}()` returns no value"))
+                                .at(e.span, "used as a value here, with no type")
+                                .note(format!(
+                                    "stap: unresolved type; `{name}` has no `return EXPR`, so \
+                                     only a use that needs a number or a string types it \
+                                     (`printf(\"%d\", {name}())` gives 0)"
+                                )),
+                        );
+                    }
+                }
+                _ => {}
             }
         });
     }

@@ -161,14 +161,14 @@ pub fn elaborate_with(
             hir
         })
         .collect();
-    infer::infer(
+    let returns_nothing = infer::infer(
         &mut globals,
         &referenced,
         &mut functions,
         &mut probes,
         &mut elab.diags,
     );
-    let misused = misuse::check(&mut functions, &mut probes);
+    let misused = misuse::check(&mut functions, &mut probes, &returns_nothing);
     elab.diags.extend(misused);
     for probe in &mut probes {
         prune::unused_alias_assignments(&functions, probe);
