@@ -1360,6 +1360,7 @@ fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool, target: i32) ->
     put(bpf_maps::CONTROL_TIME_OFFSET, offset);
     // Sign-extended, as the kernel half reads it as a long.
     put(bpf_maps::CONTROL_TARGET, i64::from(target) as u64);
+    put(bpf_maps::CONTROL_STP_PID, u64::from(std::process::id()));
     sys::map_update(fd, &0u32.to_ne_bytes(), &value, 0)
 }
 

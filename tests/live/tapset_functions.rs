@@ -390,3 +390,56 @@ fn socket_and_signal_constants_in_tracepoints() {
         done.stderr
     );
 }
+
+/// `randint`, `tz_gmtoff`, `tz_name` and `stp_pid` in a tracepoint and in
+/// `begin`: the zone against what date(1) says, the pid against the
+/// session's, randint's values within [0, n) (all six of 0..5 in 300
+/// draws: a miss has odds below 1e-20) and its "range too wide" error.
+#[test]
+fn randint_time_zone_and_stp_pid_on_both_sides() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global hits
+           probe begin { printf("host %d %s %d\n", tz_gmtoff(), tz_name(), stp_pid()) }
+           probe kernel.trace("syscalls:sys_enter_chdir") {
+             if (execname() != "stapRandint" || hits++) next
+             printf("kernel %d %s %d\n", tz_gmtoff(), tz_name(), stp_pid())
+             outside = 0; seen = 0
+             for (i = 0; i < 300; i++) {
+               r = randint(6)
+               if (r < 0 || r >= 6) outside++
+               seen |= 1 << r
+             }
+             printf("outside %d seen %x zero %d\n", outside, seen, randint(0))
+             try { randint(0x100001) } catch (m) { println(m) }
+             exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    let pid = session.pid();
+    trigger_until_done(&mut session, &trigger, &["stapRandint", "chdirs", "1"]);
+    let done = session.finish();
+    assert_success(&done);
+    let date = |format: &str| {
+        let out = Command::new("date").arg(format).output().expect("date");
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_string()
+    };
+    // +hhmm east of UTC; stap's tz_gmtoff is seconds west.
+    let z = date("+%z");
+    let (sign, digits) = z.split_at(1);
+    let east =
+        digits[..2].parse::<i64>().unwrap() * 3600 + digits[2..].parse::<i64>().unwrap() * 60;
+    let west = if sign == "-" { east } else { -east };
+    let zone = format!("{west} {} {pid}", date("+%Z"));
+    assert_eq!(
+        done.stdout,
+        format!("host {zone}\nkernel {zone}\noutside 0 seen 3f zero 0\nrange too wide\n"),
+        "stderr: {}",
+        done.stderr
+    );
+}

@@ -90,6 +90,7 @@ pub mod helper {
     pub const MAP_UPDATE_ELEM: i32 = 2;
     pub const MAP_DELETE_ELEM: i32 = 3;
     pub const KTIME_GET_NS: i32 = 5;
+    pub const GET_PRANDOM_U32: i32 = 7;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;

@@ -5,7 +5,7 @@
 //!   [`CONTROL_RUN`] (handlers run only while it is 1) and
 //!   [`CONTROL_TIME_OFFSET`] (nanoseconds to add to `bpf_ktime_get_ns` to get
 //!   the wall clock, for `gettimeofday_*`) and [`CONTROL_TARGET`] (the pid
-//!   `target()` returns: `-x PID` or the `-c` command's). The emitter reads it with a
+//!   `target()` returns: `-x PID` or the `-c` command's) and [`CONTROL_STP_PID`]. The emitter reads it with a
 //!   direct map-value load (`BPF_PSEUDO_MAP_VALUE`), so no helper call.
 //! - **Counters** (`PERCPU_ARRAY`, one entry, key `0u32`): [`COUNTER_SLOTS`]
 //!   `u64` slots per CPU, indexed by the `COUNTER_*` constants. The host sums
@@ -31,7 +31,9 @@ pub const MAP_RINGBUF: u32 = 27;
 pub const CONTROL_RUN: u32 = 0;
 pub const CONTROL_TIME_OFFSET: u32 = 1;
 pub const CONTROL_TARGET: u32 = 2;
-pub const CONTROL_SLOTS: u32 = 3;
+/// The pid of the stap-rs process, for `stp_pid()`.
+pub const CONTROL_STP_PID: u32 = 3;
+pub const CONTROL_SLOTS: u32 = 4;
 
 /// Counter slots (each a `u64`, per CPU).
 /// The current nesting depth on this CPU (not a count: a level index).

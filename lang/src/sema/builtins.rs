@@ -93,6 +93,8 @@ pub const REGISTER_ARGS: &[&str] = &[
 
 /// The built-in `s =~ re` lowers to: 1 on a match, else 0.
 pub const REGEX_MATCH: &str = "regex_match";
+/// The random bits `randint(n)` lowers to (`ir::lower::builtin`).
+pub const RANDOM_U32: &str = "__random_u32";
 /// What `$value` in a procfs probe lowers to: reading it, `$value = s`
 /// and `$value .= s` (see `sema::lower`).
 pub const PROCFS_VALUE: &str = "__procfs_value";
@@ -220,6 +222,12 @@ const BUILTINS: &[Builtin] = &[
     points_to("struct task_struct", kernel_only("task_current", &[], LONG, "Address of the current task_struct")),
     both("pid2execname", &[L], STRING, "Name of the task with this pid (\"\" if none)"),
     points_to("struct task_struct", kernel_only("pid2task", &[L], LONG, "Address of the task_struct with this pid (0 if none)")),
+    both("stp_pid", &[], LONG, "Process id of the stap-rs process that runs the script (stap: stapio's)"),
+    // The kernel's avenrun[] is a global BPF cannot name: /proc/loadavg.
+    host_only("get_loadavg_index", &[L], LONG, "Integer part of the load average: index 0, 1, 2 for 1, 5, 15 minutes"),
+    host_only("sprint_loadavg", &[], STRING, "The 1, 5 and 15 minute load averages as /proc/loadavg prints them"),
+    both("randint", &[L], LONG, "Random number in [0, n), n at most 2**20"),
+    internal(both(RANDOM_U32, &[], LONG, "Internal: 32 random bits, what randint() scales (not callable by name)")),
     kernel_only("addr", &[], LONG, "Address of the probed function in kernel.function and process probes (0 in other kernel probes)"),
     // Time.
     both("gettimeofday_s", &[], LONG, "Seconds since the epoch"),
@@ -230,6 +238,10 @@ const BUILTINS: &[Builtin] = &[
     kernel_only("jiffies", &[], LONG, "Kernel jiffies count"),
     both("ktime_get_ns", &[], LONG, "Nanoseconds of monotonic time since boot"),
     both("local_clock_ns", &[], LONG, "Nanoseconds of the CPU-local clock"),
+    // stap passes the zone to the module when it starts; here it is the
+    // host's zone when the script is compiled, the same moment.
+    both("tz_gmtoff", &[], LONG, "Offset of the local time zone in seconds west of UTC, when the script started"),
+    both("tz_name", &[], STRING, "Name of the local time zone, when the script started"),
     both("ctime", &[L], STRING, "Format seconds since the epoch as a UTC date"),
     both("tz_ctime", &[L], STRING, "Format seconds since the epoch as a date in the local time zone"),
     // Kernel memory: BPF reads it in kernel probes, the host through

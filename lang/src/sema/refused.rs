@@ -48,6 +48,9 @@ pub fn reason(name: &str) -> Option<&'static str> {
         "printk" => {
             "writes to the kernel log (stap: embedded C, guru mode); BPF programs cannot; use printf or log"
         }
+        "module_size" => {
+            "reports the section sizes of stap's kernel module; stap-rs loads BPF programs, not a module"
+        }
         "speculation" | "speculate" | "commit" | "discard" => {
             "belongs to stap's speculative output (speculative.stp), which stap-rs does not implement"
         }

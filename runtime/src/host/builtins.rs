@@ -99,6 +99,12 @@ pub const TABLE: &[&str] = &[
     "kernel_short",
     "kernel_char",
     "kernel_pointer",
+    "tz_gmtoff",
+    "tz_name",
+    "stp_pid",
+    "get_loadavg_index",
+    "sprint_loadavg",
+    "__random_u32",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -304,6 +310,38 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         "cmdline_arg" => s(cmdline_args(long(args, 0), long(args, 0), b"")),
         "cmdline_args" => s(cmdline_args(long(args, 0), long(args, 1), bytes(args, 2))),
         "target" => l(rt.target),
+        "stp_pid" => l(std::process::id() as i64),
+        "tz_gmtoff" => l(-local_time_zone().offset_east),
+        "tz_name" => s(local_time_zone().name().as_bytes().to_vec()),
+        "get_loadavg_index" => {
+            let index = long(args, 0);
+            let average = usize::try_from(index)
+                .ok()
+                .filter(|i| *i < 3)
+                .and_then(|i| load_averages().and_then(|a| a.get(i).cloned()));
+            match average {
+                // The integer part: what the kernel prints before the dot.
+                Some(text) => l(text
+                    .split('.')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)),
+                None if !(0..3).contains(&index) => Err(RuntimeError::Explicit(format!(
+                    "Invalid loadavg index {index} specified."
+                ))),
+                None => Err(RuntimeError::Explicit("cannot read /proc/loadavg".into())),
+            }
+        }
+        "sprint_loadavg" => match load_averages() {
+            Some(a) => s(a.join(" ").into_bytes()),
+            None => Err(RuntimeError::Explicit("cannot read /proc/loadavg".into())),
+        },
+        "__random_u32" => {
+            let mut bits = [0u8; 4];
+            // SAFETY: `bits` is valid for 4 bytes of writes.
+            unsafe { libc::getrandom(bits.as_mut_ptr().cast(), bits.len(), 0) };
+            l(u32::from_ne_bytes(bits) as i64)
+        }
         "pp" => s(probe_point(rt).into_bytes()),
         "pn" => s(rt
             .probe_names
@@ -666,6 +704,19 @@ fn text_strn(src: &[u8], len: i64, quoted: bool, max_string_len: usize) -> Vec<u
         }
     }
     out
+}
+
+/// The 1, 5 and 15 minute load averages as /proc/loadavg has them
+/// ("0.52"): the kernel's avenrun[] rounded as stap's sprint_loadavg
+/// rounds it.
+fn load_averages() -> Option<Vec<String>> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<String> = text
+        .split_whitespace()
+        .take(3)
+        .map(str::to_string)
+        .collect();
+    (fields.len() == 3).then_some(fields)
 }
 
 /// The local time zone now: its offset east of UTC and its name, which

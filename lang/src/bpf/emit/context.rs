@@ -370,6 +370,26 @@ impl Emitter<'_> {
                 }
                 long_result(self);
             }
+            "stp_pid" => {
+                // Written by the session with target().
+                self.ld_map_value(R1, self.maps.control, (maps::CONTROL_STP_PID * 8) as i32);
+                self.push(Insn::load(DW, R0, R1, 0));
+                long_result(self);
+            }
+            "tz_gmtoff" => {
+                self.push(Insn::mov_imm(R0, -self.local_time.offset_east as i32));
+                long_result(self);
+            }
+            "tz_name" => {
+                if let Some(dst) = dst {
+                    let name = self.local_time.name().to_string();
+                    self.const_str(dst, &name);
+                }
+            }
+            crate::sema::builtins::RANDOM_U32 => {
+                self.call(helper::GET_PRANDOM_U32);
+                long_result(self);
+            }
             "target" => {
                 // Written by the session before the handlers go live.
                 self.ld_map_value(R1, self.maps.control, (maps::CONTROL_TARGET * 8) as i32);

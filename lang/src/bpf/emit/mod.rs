@@ -333,6 +333,7 @@ fn emit_handler<'a>(
         },
         max_action: module.limits.max_action,
         cpus: options.cpus.clamp(1, MAX_CPUS) as i32,
+        local_time: options.local_time,
         insns: Vec::new(),
         relocs: Vec::new(),
         lines: Vec::new(),
@@ -537,6 +538,8 @@ struct Emitter<'a> {
     max_action: u64,
     /// CPUs a statistic extraction visits.
     cpus: i32,
+    /// The host's zone at compile time: `tz_gmtoff()` and `tz_name()`.
+    local_time: super::LocalTime,
     insns: Vec<Insn>,
     relocs: Vec<(usize, usize)>,
     lines: Vec<(usize, Span)>,

@@ -6,7 +6,7 @@
 use super::FnLowering;
 use crate::ast::StatOp;
 use crate::diag::Diagnostic;
-use crate::ir::{BinOp, Failure, HistKind, Op, PrintArg, Reg, SymbolText, Term, ValType};
+use crate::ir::{BinOp, CmpOp, Failure, HistKind, Op, PrintArg, Reg, SymbolText, Term, ValType};
 use crate::kernel::TracepointArgs;
 use crate::sema::builtins::{self, ReturnType};
 use crate::sema::hir::{Expr, ExprKind, ProbeKind, Type};
@@ -79,6 +79,36 @@ impl FnLowering<'_, '_> {
                     .terminate(Term::Fail(Failure::Explicit(message)), span);
                 self.body.switch_to(ok);
                 None
+            }
+            // stap: n above 2**20 (as unsigned: a negative one too) is an
+            // error; else 32 random bits scaled into [0, n) by a multiply
+            // and a shift, so that n = 0 gives 0 without a division.
+            "randint" => {
+                let n = self.value(args.first()?);
+                let (zero, limit) = (self.constant(0, span), self.constant(1 << 20, span));
+                let negative = self.compare(CmpOp::Lt, n, zero, span);
+                let wide = self.compare(CmpOp::Gt, n, limit, span);
+                let bad = self.long_op(BinOp::Or, negative, wide, span);
+                let fail = self.body.new_block();
+                let ok = self.body.new_block();
+                self.body.branch(bad, fail, ok, span);
+                self.body.switch_to(fail);
+                let message = self.const_str("range too wide", span);
+                self.body
+                    .terminate(Term::Fail(Failure::Explicit(message)), span);
+                self.body.switch_to(ok);
+                let bits = self.body.reg(ValType::Long);
+                self.body.emit(
+                    Op::Builtin {
+                        dst: Some(bits),
+                        name: builtins::RANDOM_U32.to_string(),
+                        args: Vec::new(),
+                    },
+                    span,
+                );
+                let scaled = self.long_op(BinOp::Mul, bits, n, span);
+                let shift = self.constant(32, span);
+                Some(self.long_op(BinOp::Shr, scaled, shift, span))
             }
             "print_backtrace" | "print_ubacktrace" if self.is_kernel() => {
                 let how = SymbolText::Stack {
@@ -397,6 +427,12 @@ impl FnLowering<'_, '_> {
         }
         let mask = self.constant(0xffff_ffff, span);
         Some(self.long_op(BinOp::And, dst, mask, span))
+    }
+
+    fn compare(&mut self, op: CmpOp, lhs: Reg, rhs: Reg, span: Span) -> Reg {
+        let dst = self.body.reg(ValType::Long);
+        self.body.emit(Op::Compare { dst, op, lhs, rhs }, span);
+        dst
     }
 
     fn long_op(&mut self, op: BinOp, lhs: Reg, rhs: Reg, span: Span) -> Reg {
