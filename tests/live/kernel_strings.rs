@@ -289,9 +289,9 @@ fn text_strn_in_a_tracepoint_matches_the_host() {
 /// in the first, the second and the third word, a prefix, the empty
 /// string and a literal of exactly one word, against the host's answers.
 /// The same handler builds `syscall.execve`'s `args` (`__sys_argv`: a
-/// loop of eight rounds, each comparing strings), which the verifier
-/// once refused as "too complex" while each compare was a loop of
-/// MAXSTRINGLEN rounds.
+/// loop of eight rounds), which the verifier once refused as "too
+/// complex" while each round compared strings and each compare was a
+/// loop of MAXSTRINGLEN rounds.
 #[test]
 fn string_comparisons_in_a_tracepoint_match_the_host() {
     let _one = serial();

@@ -30,6 +30,7 @@ fn process_scheduler_signal_and_vfs_aliases_see_a_shell_at_work() {
     let script = format!(
         r#"global seen, shell
 probe kprocess.exec {{ if (filename == "\"{shell}\"") printf("exec %s %s\n", args == "[\"{shell}\", \"-c\", \"" . @1 . "\"]" ? "args" : args, argstr) }}
+probe syscall.execve {{ if (filename == "\"{shell}\"") printf("syscall.execve %s\n", args) }}
 probe kprocess.exec_complete {{ if (execname() == "stapTapsetSh") printf("exec_complete %d %d %s\n", success, errno, name) }}
 probe kprocess.create {{ if (execname() == "stapTapsetSh" && !seen["create"]++) printf("create %d\n", new_pid != pid() && new_tid == new_pid) }}
 probe scheduler.process_fork {{ if (execname() == "stapTapsetSh" && !seen["fork"]++) printf("process_fork %d\n", parent_pid == pid()) }}
@@ -68,8 +69,14 @@ probe kprocess.release {{ if (released_pid == shell && shell) {{ printf("release
         "exec args \"{}\", [\"-c\", \"{commands}\"]",
         shell.display()
     );
+    // syscall.execve's args: the same list, 0th argument included.
+    let syscall_line = format!(
+        "syscall.execve [\"{}\", \"-c\", \"{commands}\"]",
+        shell.display()
+    );
     for expected in [
         exec_line.as_str(),
+        syscall_line.as_str(),
         "exec_complete 1 0 execve",
         "create 1",
         "process_fork 1",
