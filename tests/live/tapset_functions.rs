@@ -443,3 +443,65 @@ fn randint_time_zone_and_stp_pid_on_both_sides() {
         done.stderr
     );
 }
+
+/// The user-symbol functions in a uprobe, against nm(1)'s view of the
+/// target: `usymname`, `usymdata` (a stored value too), `umodname`,
+/// `sprint_usyms(ubacktrace())` and `print_ubacktrace_brief()`, which the
+/// host names while the target still runs (it sleeps between calls).
+#[test]
+fn user_symbol_functions_in_a_uprobe() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let nm = Command::new("nm")
+        .arg("-S")
+        .arg(&target)
+        .output()
+        .expect("nm");
+    let nm = String::from_utf8(nm.stdout).expect("utf-8");
+    // `ADDRESS SIZE T f`: f's size as the symbol table has it.
+    let size = nm
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| w.len() == 4 && w[3] == "f")
+        .map(|w| u64::from_str_radix(w[1], 16).expect("hex size"))
+        .expect("f in nm -S");
+    let script = format!(
+        r#"probe process("{path}").function("f") {{
+             name = usymname(addr())
+             printf("%s|%s|%s|%s|%s\n", usymname(addr()), usymdata(addr() + 1), umodname(addr()),
+                    usymname(0), umodname(0))
+             print(sprint_usyms(ubacktrace()))
+             print_ubacktrace_brief()
+             println(name)
+             exit()
+           }}"#
+    );
+    let command = format!("{path} 5");
+    let done = Session::start(&["-c", &command, "-e", &script]).finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("f|f+0x1/0x{size:x} [{path}]|{path}|0x0|<unknown>").as_str()),
+        "stdout:\n{}\nstderr:\n{}",
+        done.stdout,
+        done.stderr
+    );
+    // sprint_usyms: ` 0xADDR : f+0x0/0xSIZE [path]` first (at f's entry
+    // the frame-pointer walk goes on from f's caller's caller), then
+    // print_ubacktrace_brief: the same frames as name+offset, one a line.
+    let frame = |i: usize| lines.get(i).copied().unwrap_or_default();
+    let first = format!(" : f+0x0/0x{size:x} [{path}]");
+    assert!(
+        frame(1).starts_with(" 0x") && frame(1).ends_with(&first),
+        "{}",
+        done.stdout
+    );
+    let brief = lines
+        .iter()
+        .position(|l| *l == "f+0x0")
+        .expect("brief frame of f");
+    assert_eq!(brief - 1, lines.len() - 1 - brief, "{}", done.stdout);
+    assert_eq!(lines.last().copied(), Some("f"), "{}", done.stdout);
+}

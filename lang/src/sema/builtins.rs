@@ -320,6 +320,14 @@ const BUILTINS: &[Builtin] = &[
     both("print_usyms", &[S], VOID, "Print a ubacktrace() string, symbolized against the current process"),
     both("print_ustack", &[S], VOID, "Print a ubacktrace() string, symbolized against the current process (as print_usyms)"),
     both("sprint_ustack", &[S], STRING, "Symbolize a ubacktrace() string against the current process"),
+    // One user address of the current process, named on the host when
+    // printed (kernel probes) or against stap-rs itself (host probes).
+    both("usymname", &[L], STRING, "Symbol of a user address in the current process (the address in hex when unknown)"),
+    both("usymdata", &[L], STRING, "Symbol, offset, size and file of a user address: name+0x12/0x40 [/usr/bin/prog]"),
+    both("umodname", &[L], STRING, "File mapped at a user address of the current process (<unknown> when none)"),
+    both("sprint_syms", &[S], STRING, "A backtrace() string symbolized, one ' ADDR : symdata' line per address"),
+    both("sprint_usyms", &[S], STRING, "A ubacktrace() string symbolized against the current process, as print_usyms prints it"),
+    both("print_ubacktrace_brief", &[], VOID, "Print the user stack of the current task, one name+offset a line (host probes have none)"),
     kernel_only("task_backtrace", &[L], STRING, "Kernel stack of the given task as hex addresses"),
     both("print_stack", &[S], VOID, "Print a backtrace() string, symbolized"),
     both("sprint_stack", &[S], STRING, "Symbolize a backtrace() string"),

@@ -4,6 +4,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::usymbols::AddressText;
 use super::value::Value;
 use super::{HostRuntime, RuntimeError};
 
@@ -105,6 +106,12 @@ pub const TABLE: &[&str] = &[
     "get_loadavg_index",
     "sprint_loadavg",
     "__random_u32",
+    "usymname",
+    "usymdata",
+    "umodname",
+    "sprint_syms",
+    "sprint_usyms",
+    "print_ubacktrace_brief",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -402,6 +409,36 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             s(format!("<no kernel backtrace at {}>", probe_point(rt)).into_bytes())
         }
         "backtrace" => s(Vec::new()),
+        // Like print_ubacktrace: a host probe has no user stack.
+        "print_ubacktrace_brief" => {
+            let text = format!("<no user backtrace at {}>\n", probe_point(rt));
+            rt.write_output(text.as_bytes());
+            l(0)
+        }
+        "usymname" | "usymdata" | "umodname" => {
+            let how = match name {
+                "usymname" => AddressText::Name,
+                "usymdata" => AddressText::Data,
+                _ => AddressText::Module,
+            };
+            let addr = long(args, 0) as u64;
+            s(rt.usymbols
+                .describe(std::process::id(), addr, how)
+                .into_bytes())
+        }
+        "sprint_syms" => {
+            let mut out = String::new();
+            for addr in stack_addresses(bytes(args, 0)) {
+                out.push_str(&rt.symbols.frame(addr, true));
+            }
+            s(out.into_bytes())
+        }
+        "sprint_usyms" => {
+            let addrs = stack_addresses(bytes(args, 0));
+            s(rt.usymbols
+                .frames(std::process::id(), &addrs, true)
+                .into_bytes())
+        }
         "print_ubacktrace" => {
             let text = format!("<no user backtrace at {}>\n", probe_point(rt));
             rt.write_output(text.as_bytes());

@@ -2,14 +2,20 @@
 //! `sprint_stack(s)`, `print_syms(s)`, ... are string values whose frames
 //! only the host can name, so the BPF code builds them as
 //! `ESC kind [tgid ':'] hex-addresses ESC` (`lang/src/ir/lower/builtin.rs`,
-//! `deferred_stack`). They can be stored, used as keys and compared as any
-//! string; the host replaces each such span by the named frames when the
-//! string is printed (kernel printf records and host output alike).
+//! `deferred_stack`): `k`/`K` a kernel stack, `u`/`U` a user stack (the
+//! capital letter the full form), `b` a brief user stack, and `n`, `d`,
+//! `m` one user address as `usymname`, `usymdata` and `umodname` name it.
+//! They can be stored, used as keys and compared as any string; the host
+//! replaces each such span by the named frames when the string is printed
+//! (kernel printf records and host output alike), against the process's
+//! mappings at that moment: a process that has exited by then prints the
+//! addresses.
 
 use std::borrow::Cow;
 
 use super::HostRuntime;
 use super::builtins::stack_addresses;
+use super::usymbols::AddressText;
 
 const ESC: u8 = 0x1b;
 
@@ -68,13 +74,37 @@ impl HostRuntime {
                 text
             }
             b'u' | b'U' => {
-                let colon = body.iter().position(|&b| b == b':')?;
-                let tgid = std::str::from_utf8(&body[..colon]).ok()?.parse().ok()?;
-                let addrs = stack_addresses(&body[colon + 1..]);
+                let (tgid, addrs) = user_addresses(body)?;
                 self.usymbols.frames(tgid, &addrs, full)
+            }
+            // One user address (`usymname`, `usymdata`, `umodname`) or a
+            // brief user stack (`print_ubacktrace_brief`), one frame a line.
+            b'n' | b'd' | b'm' | b'b' => {
+                let (tgid, addrs) = user_addresses(body)?;
+                let how = match kind {
+                    b'n' => AddressText::Name,
+                    b'd' => AddressText::Data,
+                    b'm' => AddressText::Module,
+                    _ => AddressText::Brief,
+                };
+                let mut text = String::new();
+                for addr in addrs {
+                    text.push_str(&self.usymbols.describe(tgid, addr, how));
+                    if how == AddressText::Brief {
+                        text.push('\n');
+                    }
+                }
+                text
             }
             _ => return None,
         };
         Some((text, used))
     }
+}
+
+/// `tgid ':' addresses` of a user span.
+fn user_addresses(body: &[u8]) -> Option<(u32, Vec<u64>)> {
+    let colon = body.iter().position(|&b| b == b':')?;
+    let tgid = std::str::from_utf8(&body[..colon]).ok()?.parse().ok()?;
+    Some((tgid, stack_addresses(&body[colon + 1..])))
 }

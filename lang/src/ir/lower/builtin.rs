@@ -143,6 +143,53 @@ impl FnLowering<'_, '_> {
                 );
                 Some(self.deferred_stack(addresses, user, false, span))
             }
+            // One user address: the host names it against the current
+            // process's mappings when the value is printed.
+            "usymname" | "usymdata" | "umodname" if self.is_kernel() => {
+                let addr = self.value(args.first()?);
+                let format = self.m.format("0x%x");
+                let text = self.body.reg(ValType::Str);
+                self.body.emit(
+                    Op::Sprintf {
+                        dst: text,
+                        format,
+                        args: vec![addr],
+                    },
+                    span,
+                );
+                let kind = match name {
+                    "usymname" => 'n',
+                    "usymdata" => 'd',
+                    _ => 'm',
+                };
+                Some(self.deferred(kind, text, span))
+            }
+            // stap's ` ADDR : symdata\n` per address: print_syms' text.
+            "sprint_syms" | "sprint_usyms" if self.is_kernel() => {
+                let addresses = self.value(args.first()?);
+                Some(self.deferred_stack(addresses, name == "sprint_usyms", true, span))
+            }
+            "print_ubacktrace_brief" if self.is_kernel() => {
+                let addresses = self.body.reg(ValType::Str);
+                self.body.emit(
+                    Op::Builtin {
+                        dst: Some(addresses),
+                        name: "ubacktrace".to_string(),
+                        args: Vec::new(),
+                    },
+                    span,
+                );
+                let text = self.deferred('b', addresses, span);
+                let format = self.m.format("%s");
+                self.body.emit(
+                    Op::Printf {
+                        format,
+                        args: vec![PrintArg::Value(text)],
+                    },
+                    span,
+                );
+                None
+            }
             "sprint_stack" | "sprint_ustack" if self.is_kernel() => {
                 let addresses = self.value(args.first()?);
                 Some(self.deferred_stack(addresses, name == "sprint_ustack", false, span))
@@ -472,8 +519,15 @@ impl FnLowering<'_, '_> {
             (true, false) => 'u',
             (true, true) => 'U',
         };
+        self.deferred(kind, addresses, span)
+    }
+
+    /// `ESC kind [tgid ':'] addresses ESC`: a value only the host can
+    /// name (`runtime/src/host/deferred.rs` has the kinds). Every kind but
+    /// the kernel stack's names user addresses, of the current process.
+    fn deferred(&mut self, kind: char, addresses: Reg, span: Span) -> Reg {
         let mut head = self.const_str(&format!("\u{1b}{kind}"), span);
-        if user {
+        if !matches!(kind, 'k' | 'K') {
             let tgid = self.body.reg(ValType::Long);
             self.body.emit(
                 Op::Builtin {
