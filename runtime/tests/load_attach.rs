@@ -342,6 +342,54 @@ fn out_of_bounds_map_read_is_rejected_at_its_statement() {
     assert!(rendered.contains("oob.stp:3:3"), "{rendered}");
 }
 
+/// Six distinct counter programs (each returns its own index), of which
+/// those at `bad` read past their map value.
+fn six_programs(bad: &[usize]) -> Object {
+    let mut object = counter_object(
+        AttachKind::RawTracepoint {
+            name: "sys_enter".into(),
+        },
+        false,
+        vec![],
+    );
+    let template = object.programs.remove(0);
+    for index in 0..6 {
+        let mut insns = counter_program(bad.contains(&index));
+        let ret = insns.len() - 2;
+        insns[ret] = insn(MOV64_IMM, 0, 0, 0, index as i32);
+        object.programs.push(Program {
+            name: format!("stap_test{index}"),
+            insns,
+            ..template.clone()
+        });
+    }
+    object
+}
+
+/// Programs load several at a time; the error is still the one a load in
+/// order meets first, and every program of a good object is loaded.
+#[test]
+fn loads_in_parallel_report_the_first_rejected_program() {
+    if !is_root() {
+        return;
+    }
+    for _ in 0..5 {
+        let error = load(&six_programs(&[2, 4, 5])).unwrap_err();
+        let LoadError::Verifier { program, .. } = &error else {
+            panic!("expected a verifier error, got {error}");
+        };
+        assert_eq!(*program, 2);
+    }
+    let loaded = load(&six_programs(&[])).unwrap_or_else(|e| panic!("load: {e}"));
+    assert_eq!(loaded.programs.len(), 6);
+    let ids: std::collections::BTreeSet<u32> = loaded
+        .programs
+        .iter()
+        .map(|fd| sys::prog_info(fd.as_fd()).unwrap().id)
+        .collect();
+    assert_eq!(ids.len(), 6, "six distinct programs, six kernel programs");
+}
+
 #[test]
 fn map_wrappers_round_trip() {
     if !is_root() {

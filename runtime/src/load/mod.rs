@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use stap_lang::bpf::btf::{FUNC_INFO_BYTES, FuncInfo, LINE_INFO_BYTES, LineInfo};
 use stap_lang::bpf::{AttachKind, MapRole, MapSpec, Object, Program};
@@ -132,35 +133,111 @@ pub fn load_with_btf(object: &Object, vmlinux: Option<&Arc<Btf>>) -> Result<Load
                 })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut targets = BtfTargets::new(vmlinux);
-    let mut program_btf = ProgramBtf::new(&object.btf);
-    let mut programs: Vec<OwnedFd> = Vec::with_capacity(object.programs.len());
+    // Each program's fd comes from the first program with the same load
+    // request (itself, most often).
     let mut first_with_body: HashMap<SameLoad, usize> = HashMap::new();
-    for (index, program) in object.programs.iter().enumerate() {
-        let same = SameLoad::of(program);
-        if let Some(first) = same.as_ref().and_then(|same| first_with_body.get(same)) {
-            let copy = programs[*first]
+    let source: Vec<usize> = (object.programs.iter().enumerate())
+        .map(|(index, program)| match SameLoad::of(program) {
+            Some(same) => *first_with_body.entry(same).or_insert(index),
+            None => index,
+        })
+        .collect();
+    let distinct: Vec<usize> = (0..source.len())
+        .filter(|&index| source[index] == index)
+        .collect();
+    let shared = Shared {
+        maps: &maps,
+        targets: Mutex::new(BtfTargets::new(vmlinux)),
+        program_btf: ProgramBtf::new(&object.btf),
+    };
+    let mut loaded = load_in_parallel(object, &distinct, &shared)?;
+    let mut programs: Vec<OwnedFd> = Vec::with_capacity(source.len());
+    for (index, &first) in source.iter().enumerate() {
+        let fd = match loaded[index].take() {
+            Some(fd) => fd,
+            // `first < index`: already in `programs`.
+            None => programs[first]
                 .try_clone()
                 .map_err(|error| LoadError::Kernel {
                     program: index,
                     what: "duplicating the fd of an identical program".into(),
                     error,
-                })?;
-            programs.push(copy);
-            continue;
-        }
-        programs.push(load_program(
-            index,
-            program,
-            &maps,
-            &mut targets,
-            &mut program_btf,
-        )?);
-        if let Some(same) = same {
-            first_with_body.insert(same, index);
-        }
+                })?,
+        };
+        programs.push(fd);
     }
+    drop(shared);
     Ok(Loaded { maps, programs })
+}
+
+/// What every loading thread shares: the maps, the fentry/tp_btf targets
+/// (kernel BTF, opened on first need) and the object's program BTF.
+struct Shared<'a> {
+    maps: &'a [OwnedFd],
+    targets: Mutex<BtfTargets>,
+    program_btf: ProgramBtf<'a>,
+}
+
+/// At most this many programs are verified at once.
+const MAX_LOAD_THREADS: usize = 4;
+
+/// Loads the programs `distinct` (indexes into `object.programs`, in
+/// order), several at a time: the kernel verifies privileged loads
+/// concurrently, and the verifier is most of a large script's start-up
+/// (ten 2,083-instruction programs take ~50 ms one after another). The
+/// result is indexed like `object.programs`, `None` where not loaded.
+///
+/// Threads take the programs in index order, and none takes another after
+/// a failure; so when one fails, every lower-indexed program was loaded
+/// too, and the lowest failure reported is the one a load in order would
+/// have stopped at.
+fn load_in_parallel(
+    object: &Object,
+    distinct: &[usize],
+    shared: &Shared,
+) -> Result<Vec<Option<OwnedFd>>, LoadError> {
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Mutex<Vec<(usize, Result<OwnedFd, LoadError>)>> = Mutex::new(Vec::new());
+    let work = || {
+        while !failed.load(Ordering::Relaxed) {
+            let Some(&index) = distinct.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                break;
+            };
+            let result = load_program(index, &object.programs[index], shared);
+            if result.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            lock(&results).push((index, result));
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(distinct.len())
+        .min(MAX_LOAD_THREADS);
+    std::thread::scope(|scope| {
+        // This thread loads too; one that cannot be spawned is not missed.
+        for _ in 1..threads {
+            let _ = std::thread::Builder::new()
+                .name("stap-rs-load".into())
+                .stack_size(256 << 10)
+                .spawn_scoped(scope, work);
+        }
+        work();
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|(index, _)| *index);
+    let mut loaded: Vec<Option<OwnedFd>> = (0..object.programs.len()).map(|_| None).collect();
+    for (index, result) in results {
+        loaded[index] = Some(result?);
+    }
+    Ok(loaded)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What makes two programs' loads the same request: one loaded program
@@ -230,18 +307,19 @@ pub fn load_added<'fd>(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut targets = BtfTargets::new(None);
-    let mut program_btf = ProgramBtf::new(&object.btf);
+    let shared = Shared {
+        maps: &maps,
+        targets: Mutex::new(BtfTargets::new(None)),
+        program_btf: ProgramBtf::new(&object.btf),
+    };
     let programs = object
         .programs
         .iter()
         .enumerate()
         .filter(|(index, _)| chosen(*index))
-        .map(|(index, program)| {
-            load_program(index, program, &maps, &mut targets, &mut program_btf)
-                .map(|fd| (index, fd))
-        })
+        .map(|(index, program)| load_program(index, program, &shared).map(|fd| (index, fd)))
         .collect::<Result<Vec<_>, _>>()?;
+    drop(shared);
     Ok(Added { maps, programs })
 }
 
@@ -274,28 +352,31 @@ fn prog_btf<'a>(fd: &'a OwnedFd, func_info: &'a [u8], line_info: &'a [u8]) -> Pr
 struct ProgramBtf<'a> {
     blob: &'a [u8],
     /// `Err`: the kernel's BTF checker's last log line, and the error.
-    loaded: Option<Result<OwnedFd, (String, io::Error)>>,
+    loaded: OnceLock<Result<OwnedFd, (String, io::Error)>>,
 }
 
 impl<'a> ProgramBtf<'a> {
     fn new(blob: &'a [u8]) -> ProgramBtf<'a> {
-        ProgramBtf { blob, loaded: None }
+        ProgramBtf {
+            blob,
+            loaded: OnceLock::new(),
+        }
     }
 
     /// Loads the blob if that was not tried yet (and there is one).
-    fn ensure(&mut self) -> &Self {
-        if self.loaded.is_none() && !self.blob.is_empty() {
-            self.loaded = Some(Self::load(self.blob));
+    fn ensure(&self) -> &Self {
+        if !self.blob.is_empty() {
+            self.loaded.get_or_init(|| Self::load(self.blob));
         }
         self
     }
 
     fn fd(&self) -> Option<&OwnedFd> {
-        self.loaded.as_ref().and_then(|r| r.as_ref().ok())
+        self.loaded.get().and_then(|r| r.as_ref().ok())
     }
 
     fn refused(&self) -> Option<&(String, io::Error)> {
-        self.loaded.as_ref().and_then(|r| r.as_ref().err())
+        self.loaded.get().and_then(|r| r.as_ref().err())
     }
 
     fn load(blob: &[u8]) -> Result<OwnedFd, (String, io::Error)> {
@@ -321,14 +402,9 @@ impl<'a> ProgramBtf<'a> {
     }
 }
 
-fn load_program(
-    index: usize,
-    program: &Program,
-    maps: &[OwnedFd],
-    targets: &mut BtfTargets,
-    program_btf: &mut ProgramBtf,
-) -> Result<OwnedFd, LoadError> {
-    let insns = patch_map_fds(program, maps).map_err(|reason| LoadError::Object {
+fn load_program(index: usize, program: &Program, shared: &Shared) -> Result<OwnedFd, LoadError> {
+    let program_btf = &shared.program_btf;
+    let insns = patch_map_fds(program, shared.maps).map_err(|reason| LoadError::Object {
         program: index,
         reason,
     })?;
@@ -343,11 +419,15 @@ fn load_program(
         AttachKind::Fentry {
             function, module, ..
         } => Some(
-            targets
+            lock(&shared.targets)
                 .find(function, module.as_deref())
                 .map_err(kernel_error)?,
         ),
-        AttachKind::TpBtf { name } => Some(targets.tracepoint(name).map_err(kernel_error)?),
+        AttachKind::TpBtf { name } => Some(
+            lock(&shared.targets)
+                .tracepoint(name)
+                .map_err(kernel_error)?,
+        ),
         _ => None,
     };
     let request = ProgLoad {
