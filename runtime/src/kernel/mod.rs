@@ -92,6 +92,9 @@ pub struct BtfKernel {
     /// names them.
     disk: DiskModules,
     synthetic: Mutex<Vec<Synthetic>>,
+    /// [`BtfKernel::lookup_c_type`]'s answers by C spelling, each with the
+    /// number of modules known when it was found.
+    c_types: Mutex<HashMap<String, (Option<TypeId>, usize)>>,
     /// User binaries' DWARF, for process probes.
     dwarf: DwarfCache,
     tracefs: Option<Tracefs>,
@@ -175,6 +178,7 @@ impl BtfKernel {
             modules: OnceLock::new(),
             disk: DiskModules::new(release_dir),
             synthetic: Mutex::new(Vec::new()),
+            c_types: Mutex::new(HashMap::new()),
             dwarf: DwarfCache::default(),
             tracefs,
             version,

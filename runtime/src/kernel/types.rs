@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use stap_lang::kernel::{FactsError, TypeId, TypeKind};
 
@@ -345,7 +345,25 @@ impl BtfKernel {
 
     // ---- type lookup by C spelling -------------------------------------
 
+    /// The type a C spelling names, remembered per spelling: a wildcard's
+    /// tracepoints spell the same few field types hundreds of times
+    /// (`syscalls:sys_enter_*`: 362 events, ~1,500 fields), and each miss
+    /// of a kind searches the BTF string table. A miss is remembered only
+    /// for as many modules as were known when it was looked up: a module
+    /// opened later may define the type.
     pub(super) fn lookup_c_type(&self, c_name: &str) -> Result<Option<TypeId>, FactsError> {
+        let modules = || self.all_modules().count();
+        if let Some(&(found, known_modules)) = lock(&self.c_types).get(c_name)
+            && (found.is_some() || known_modules == modules())
+        {
+            return Ok(found);
+        }
+        let found = self.lookup_c_type_uncached(c_name)?;
+        lock(&self.c_types).insert(c_name.to_string(), (found, modules()));
+        Ok(found)
+    }
+
+    fn lookup_c_type_uncached(&self, c_name: &str) -> Result<Option<TypeId>, FactsError> {
         let name = c_name.split_whitespace().collect::<Vec<_>>().join(" ");
         let name = name.as_str();
         if let Some(target) = name.strip_suffix('*') {
@@ -724,4 +742,10 @@ pub(super) fn builtin_int(name: &str) -> Option<Synthetic> {
         // Kernel `char` is signed on x86 only in name; tracefs says so per field.
         signed: !unsigned,
     })
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
