@@ -362,6 +362,7 @@ fn emit_handler<'a>(
         pointer_slots: options.kernel.pointer_slots(probe_index),
         dead_catches: dead_catches.clone(),
         used_catches: HashSet::new(),
+        error_tails: Vec::new(),
     };
     emitter.plan_regions();
     emitter.stack_strings = emitter.plan_stack_strings();
@@ -591,6 +592,9 @@ struct Emitter<'a> {
     dead_catches: HashSet<u32>,
     /// `catch` handler blocks some emitted error jumps to.
     used_catches: HashSet<u32>,
+    /// Shared error tails by error kind (`output.rs`), emitted after the
+    /// handler's exit.
+    error_tails: Vec<(u32, Label)>,
 }
 
 impl Emitter<'_> {
@@ -1117,6 +1121,7 @@ impl Emitter<'_> {
         let kind = &self.module.probes[self.probe as usize].kind;
         self.push(Insn::mov_imm(R0, return_value(kind)));
         self.push(Insn::exit());
+        self.emit_error_tails();
         self.emit_callbacks(&block_labels);
         self.emit_clear_callback();
         self.emit_flush_sub();

@@ -92,8 +92,58 @@ impl Emitter<'_> {
             self.goto(handler);
             return;
         }
+        if !self.framed() && address.is_none() && !self.in_callback {
+            // Only the span differs between such records: it is stored
+            // here, and one tail per error kind sends the record
+            // ([`emit_error_tails`](Self::emit_error_tails)).
+            self.store_error_span();
+            let tail = self.error_tail(kind);
+            self.goto(tail);
+            return;
+        }
         self.error_record(kind, address);
         self.goto(self.epilogue);
+    }
+
+    /// The label of the shared tail that sends an unframed error record
+    /// of `kind` whose span is already stored, and ends the run.
+    fn error_tail(&mut self, kind: u32) -> Label {
+        if let Some(&(_, label)) = self.error_tails.iter().find(|(k, _)| *k == kind) {
+            return label;
+        }
+        let label = self.new_label();
+        self.error_tails.push((kind, label));
+        label
+    }
+
+    /// The handler's error tails, after its exit (each ends by going to
+    /// the epilogue). An error site is then four stores and a jump, not
+    /// the ~25 instructions of a record sent in place: `a[k]++` has one
+    /// (the map may be full), and the verifier walks one shared tail once,
+    /// where it walked every site's copy.
+    pub(super) fn emit_error_tails(&mut self) {
+        let span = self.module.probes[self.probe as usize].span;
+        for (kind, label) in std::mem::take(&mut self.error_tails) {
+            self.bind(label);
+            self.note_span(span);
+            let len = HEADER_BYTES + records::ERROR_SPAN_BYTES;
+            self.send_small_record(records::KIND_ERROR, kind, len);
+            self.goto(self.epilogue);
+        }
+    }
+
+    /// The current span's words of an unframed error record, in place.
+    fn store_error_span(&mut self) {
+        let span = self.span;
+        let words = [span.file.0, span.start, span.end, 0];
+        for (i, word) in words.iter().enumerate() {
+            self.push(Insn::store_imm(
+                W,
+                FP,
+                FRAME_SMALL + 16 + 4 * i as i16,
+                *word as i32,
+            ));
+        }
     }
 
     /// `error(msg)`, as [`fail`](Self::fail). The jump is conditional (and
@@ -138,14 +188,7 @@ impl Emitter<'_> {
             self.send_record(RecordOffset::Fixed(len));
             return;
         }
-        for (i, word) in words.iter().enumerate() {
-            self.push(Insn::store_imm(
-                W,
-                FP,
-                FRAME_SMALL + 16 + 4 * i as i16,
-                *word as i32,
-            ));
-        }
+        self.store_error_span();
         let mut len = HEADER_BYTES + records::ERROR_SPAN_BYTES;
         if let Some(address) = address {
             let a = self.operand(address, R1);
