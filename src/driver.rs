@@ -93,6 +93,11 @@ pub fn run(args: &Args) -> Result<(), Failed> {
             out!("{}", sema::print::print_program(&program, &map));
             return Ok(());
         }
+        if will_run(args) && fentry_refused.is_empty() {
+            // Registering a uprobe waits for the kernel (runtime/src/attach/early.rs):
+            // that wait overlaps passes 3-5.
+            stap_runtime::attach::open_uprobes(uprobe_points(&program));
+        }
         match crate::run::run(args, &map, &program, kernel.as_ref(), &fentry_refused)? {
             crate::run::Ran::Finished => return Ok(()),
             crate::run::Ran::FentryRefused(refused) => {
@@ -119,6 +124,26 @@ fn will_run(args: &Args) -> bool {
         && args.list_vars.is_none()
         && !args.interactive
         && (args.script_text.is_some() || !args.positional.is_empty())
+}
+
+/// The script's uprobes on one named function each (not a wildcard, not
+/// a source line), one entry per probe.
+fn uprobe_points(program: &sema::Program) -> Vec<stap_runtime::attach::UprobePoint> {
+    use stap_lang::sema::hir::{ProbeKind, ProcessTarget};
+    program
+        .probes
+        .iter()
+        .filter_map(|probe| match &probe.kind {
+            ProbeKind::Process {
+                path,
+                target: ProcessTarget::Function(function),
+                is_return,
+            } if !function.contains(['*', '?']) && !stap_runtime::lines::is_line_spec(function) => {
+                Some((path.clone(), function.clone(), *is_return))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Opens the kernel's type information. Without BTF, parsing and host-only

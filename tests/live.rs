@@ -608,6 +608,34 @@ fn uretprobe_reads_return_and_entry_values() {
     assert_eq!(done.stdout, "42\n", "stderr:\n{}", done.stderr);
 }
 
+/// The uprobes a script names are opened while it compiles
+/// (runtime/src/attach/early.rs): two probes on one function each get
+/// their own event, an entry and a return probe on it both fire, and a
+/// wildcard (attached as before) fires beside them, once each.
+#[test]
+fn uprobes_opened_early_fire_once_each() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"probe process("{path}").function("f") {{ printf("a %d\n", $n) }}
+           probe process("{path}").function("f") {{ printf("b %d\n", $n) }}
+           probe process("{path}").function("f").return {{ printf("r %d\n", $return) }}
+           probe process("{path}").function("ma*") {{ println("w") }}
+           probe process("{path}").function("main") {{ println("m") }}"#
+    );
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    let mut lines: Vec<&str> = done.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["a 42", "b 42", "m", "r 43", "w"],
+        "stderr:\n{}",
+        done.stderr
+    );
+}
+
 /// CONFIG_HZ of the running kernel, from /proc/config.gz.
 fn kernel_hz() -> u64 {
     // /proc/config.gz where the kernel has it, else the distribution's

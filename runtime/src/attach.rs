@@ -16,7 +16,10 @@ use crate::sys::{self, PerfEvent};
 use crate::tracefs::Tracefs;
 use crate::uprobe;
 
+mod early;
 mod handoff;
+
+pub use early::{UprobePoint, open_uprobes};
 
 const EVENT_SOURCES: &str = "/sys/bus/event_source/devices";
 
@@ -215,6 +218,12 @@ impl std::error::Error for AttachError {}
 /// Attaches every program of `object`; on an error, what was attached so
 /// far is detached again.
 pub fn attach(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError> {
+    let attached = attach_points(object, loaded);
+    early::discard_unused();
+    attached
+}
+
+fn attach_points(object: &Object, loaded: &Loaded) -> Result<Attached, AttachError> {
     let mut attached = Attached::default();
     let dispatched = [false, true].map(|exit| dispatched_syscalls(object, exit));
     for index in attach_order(object) {
@@ -637,6 +646,12 @@ fn open_and_attach(
 ) -> Result<OwnedFd, String> {
     let fd = sys::perf_event_open(event, -1, cpu as i32)
         .map_err(|e| format!("perf_event_open for {what} on CPU {cpu}: {}", os_error(&e)))?;
+    run_on(fd, prog, what, switch)
+}
+
+/// Runs `prog` on the opened (disabled) perf event `fd` and, for
+/// [`Switch::Now`], enables it.
+fn run_on(fd: OwnedFd, prog: BorrowedFd, what: &str, switch: Switch) -> Result<OwnedFd, String> {
     sys::perf_event_set_bpf(fd.as_fd(), prog)
         .map_err(|e| format!("attaching the program to {what}: {}", os_error(&e)))?;
     if switch == Switch::Now {
@@ -877,13 +892,16 @@ fn uprobe(
     function: &str,
     is_return: bool,
 ) -> Result<OwnedFd, String> {
+    let what = format!("uprobe on {}:{function}", path.display());
+    if let Some(fd) = early::take(path, function, is_return) {
+        return run_on(fd, prog, &what, Switch::Now);
+    }
     // `statement("FUNC@FILE:LINE")` names a source line, else a symbol.
     let offset = if crate::lines::is_line_spec(function) {
         crate::lines::statement_offset(path, function)?
     } else {
         uprobe::function_offset(path, function).map_err(|e| e.to_string())?
     };
-    let what = format!("uprobe on {}:{function}", path.display());
     uprobe_at(prog, path, offset, is_return, &what)
 }
 
@@ -896,21 +914,27 @@ fn uprobe_at(
     is_return: bool,
     what: &str,
 ) -> Result<OwnedFd, String> {
+    let event = uprobe_event(path, offset, is_return)?;
+    open_and_attach(prog, &event, 0, what, Switch::Now)
+}
+
+/// The perf event of a uprobe (or uretprobe) at file offset `offset` of
+/// `path`.
+fn uprobe_event(path: &Path, offset: u64, is_return: bool) -> Result<PerfEvent, String> {
     let (perf_type, retprobe) = probe_pmu("uprobe").map_err(|_| {
         format!(
             "uprobes are not available: no uprobe PMU ({EVENT_SOURCES}/uprobe), \
              the kernel was built without CONFIG_UPROBE_EVENTS"
         )
     })?;
-    let event = PerfEvent {
+    Ok(PerfEvent {
         perf_type,
         config: if is_return { retprobe } else { 0 },
         sample_period: 1,
         probe_name: Some(path.to_string_lossy().into_owned()),
         probe_offset: offset,
         ..PerfEvent::default()
-    };
-    open_and_attach(prog, &event, 0, what, Switch::Now)
+    })
 }
 
 /// `process(...).function("PATTERN")`: one program on every function of
