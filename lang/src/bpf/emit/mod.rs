@@ -363,6 +363,7 @@ fn emit_handler<'a>(
         dead_catches: dead_catches.clone(),
         used_catches: HashSet::new(),
         error_tails: Vec::new(),
+        fused: fused_compares(function),
     };
     emitter.plan_regions();
     emitter.stack_strings = emitter.plan_stack_strings();
@@ -595,6 +596,9 @@ struct Emitter<'a> {
     /// Shared error tails by error kind (`output.rs`), emitted after the
     /// handler's exit.
     error_tails: Vec<(u32, Label)>,
+    /// Per block: its branch tests the comparison that ends it, whose
+    /// result nothing else reads ([`fused_compares`]).
+    fused: Vec<bool>,
 }
 
 impl Emitter<'_> {
@@ -1159,7 +1163,11 @@ impl Emitter<'_> {
                 }
                 continue;
             }
-            for inst in &block.insts {
+            let (insts, fused) = match (self.fused[b], block.insts.split_last()) {
+                (true, Some((last, rest))) => (rest, Some(last)),
+                _ => (&block.insts[..], None),
+            };
+            for inst in insts {
                 self.note_span(inst.span);
                 // Skips the handler's own set-up (local initialisation
                 // carries the whole probe's span) to land on a statement.
@@ -1172,8 +1180,48 @@ impl Emitter<'_> {
                 }
                 self.op(&inst.op);
             }
+            if let (
+                Some(compare),
+                Term::Branch {
+                    then, otherwise, ..
+                },
+            ) = (fused, &block.term)
+            {
+                self.note_span(compare.span);
+                let (then, otherwise) = (
+                    block_labels[then.0 as usize],
+                    block_labels[otherwise.0 as usize],
+                );
+                self.compare_and_branch(&compare.op, then, otherwise, next);
+                continue;
+            }
             self.note_span(block.term_span);
             self.term(&block.term, block_labels, next);
+        }
+    }
+
+    /// A block's closing `Compare` and the `Branch` on its result, as one
+    /// conditional jump: `if ($id == 3)` was the comparison made into
+    /// 0 or 1 (three instructions and a move) and then a test of that.
+    fn compare_and_branch(
+        &mut self,
+        compare: &Op,
+        then: Label,
+        otherwise: Label,
+        next: Option<Label>,
+    ) {
+        let Op::Compare { op, lhs, rhs, .. } = compare else {
+            unreachable!("fused_compares only fuses Compare");
+        };
+        let l = self.operand(*lhs, R1);
+        let r = self.operand(*rhs, R2);
+        if Some(then) == next {
+            self.jump(Insn::jump_reg(jump_op(negated(*op)), l, r, 0), otherwise);
+        } else {
+            self.jump(Insn::jump_reg(jump_op(*op), l, r, 0), then);
+            if Some(otherwise) != next {
+                self.goto(otherwise);
+            }
         }
     }
 
@@ -1550,6 +1598,42 @@ impl Emitter<'_> {
             }
         }
     }
+}
+
+/// The comparison that holds exactly when `op` does not.
+fn negated(op: CmpOp) -> CmpOp {
+    match op {
+        CmpOp::Eq => CmpOp::Ne,
+        CmpOp::Ne => CmpOp::Eq,
+        CmpOp::Lt => CmpOp::Ge,
+        CmpOp::Le => CmpOp::Gt,
+        CmpOp::Gt => CmpOp::Le,
+        CmpOp::Ge => CmpOp::Lt,
+    }
+}
+
+/// Per block: whether it ends in `Compare` into a register that only its
+/// `Branch` reads, so the two are emitted as one conditional jump.
+fn fused_compares(function: &Function) -> Vec<bool> {
+    let mut reads = vec![0u32; function.regs.len()];
+    for block in &function.blocks {
+        let uses = (block.insts.iter())
+            .flat_map(|inst| regalloc::op_uses(&inst.op))
+            .chain(regalloc::term_uses(&block.term));
+        for reg in uses {
+            reads[reg.0 as usize] += 1;
+        }
+    }
+    (function.blocks.iter())
+        .map(
+            |block| match (block.insts.last().map(|inst| &inst.op), &block.term) {
+                (Some(Op::Compare { dst, .. }), Term::Branch { cond, .. }) => {
+                    dst == cond && reads[dst.0 as usize] == 1
+                }
+                _ => false,
+            },
+        )
+        .collect()
 }
 
 fn jump_op(op: CmpOp) -> u8 {
