@@ -343,7 +343,8 @@ fn out_of_bounds_map_read_is_rejected_at_its_statement() {
 }
 
 /// Six distinct counter programs (each returns its own index), of which
-/// those at `bad` read past their map value.
+/// those at `bad` read past their map value; each is padded to 400 more
+/// instructions, enough for the loader to use several threads.
 fn six_programs(bad: &[usize]) -> Object {
     let mut object = counter_object(
         AttachKind::RawTracepoint {
@@ -357,6 +358,8 @@ fn six_programs(bad: &[usize]) -> Object {
         let mut insns = counter_program(bad.contains(&index));
         let ret = insns.len() - 2;
         insns[ret] = insn(MOV64_IMM, 0, 0, 0, index as i32);
+        let padding = std::iter::repeat_n(insn(MOV64_IMM, 1, 0, 0, 0), 400);
+        insns.splice(ret..ret, padding);
         object.programs.push(Program {
             name: format!("stap_test{index}"),
             insns,

@@ -15,8 +15,8 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
 use crate::sys;
 
@@ -24,8 +24,11 @@ use crate::sys;
 /// name) and whether it is the return probe.
 pub type UprobePoint = (String, String, bool);
 
+/// The thread's answer comes through a channel rather than its join: a
+/// thread that has sent its answer may still wait to be scheduled for
+/// its exit on a loaded machine, and attach need not wait for that.
 enum Early {
-    Opening(JoinHandle<Vec<(UprobePoint, OwnedFd)>>),
+    Opening(Receiver<Vec<(UprobePoint, OwnedFd)>>),
     Opened(Vec<(UprobePoint, OwnedFd)>),
 }
 
@@ -46,11 +49,12 @@ pub fn open_uprobes(points: Vec<UprobePoint>) {
     if points.is_empty() || early.is_some() {
         return;
     }
+    let (send, receive) = channel();
     let thread = std::thread::Builder::new()
         .name("stap-rs-uprobes".into())
         .stack_size(256 << 10)
         .spawn(move || {
-            points
+            let opened: Vec<_> = points
                 .into_iter()
                 .filter_map(|point| {
                     let (path, function, is_return) = &point;
@@ -59,10 +63,12 @@ pub fn open_uprobes(points: Vec<UprobePoint>) {
                     let fd = sys::perf_event_open(&event, -1, 0).ok()?;
                     Some((point, fd))
                 })
-                .collect()
+                .collect();
+            // No receiver (the run ended first): the fds close here.
+            let _ = send.send(opened);
         });
-    if let Ok(thread) = thread {
-        *early = Some(Early::Opening(thread));
+    if thread.is_ok() {
+        *early = Some(Early::Opening(receive));
     }
 }
 
@@ -71,7 +77,7 @@ pub fn open_uprobes(points: Vec<UprobePoint>) {
 pub(super) fn take(path: &Path, function: &str, is_return: bool) -> Option<OwnedFd> {
     let mut early = early();
     let opened = match early.take()? {
-        Early::Opening(thread) => thread.join().unwrap_or_default(),
+        Early::Opening(receive) => receive.recv().unwrap_or_default(),
         Early::Opened(opened) => opened,
     };
     let mut opened = opened;
@@ -93,7 +99,7 @@ pub(super) fn discard_unused() {
         .name("stap-rs-unused".into())
         .stack_size(64 << 10)
         .spawn(move || match left {
-            Early::Opening(thread) => drop(thread.join()),
+            Early::Opening(receive) => drop(receive.recv()),
             Early::Opened(opened) => drop(opened),
         });
 }

@@ -181,6 +181,11 @@ struct Shared<'a> {
 /// At most this many programs are verified at once.
 const MAX_LOAD_THREADS: usize = 4;
 
+/// One loading thread per this many instructions to verify: a thread
+/// costs its start and its join (on a loaded machine, a wait for it to be
+/// scheduled again), more than the verifier takes on a small program.
+const INSNS_PER_LOAD_THREAD: usize = 2_000;
+
 /// Loads the programs `distinct` (indexes into `object.programs`, in
 /// order), several at a time: the kernel verifies privileged loads
 /// concurrently, and the verifier is most of a large script's start-up
@@ -211,10 +216,14 @@ fn load_in_parallel(
             lock(&results).push((index, result));
         }
     };
+    let insns: usize = (distinct.iter())
+        .map(|&index| object.programs[index].insns.len())
+        .sum();
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(distinct.len())
-        .min(MAX_LOAD_THREADS);
+        .min(insns.div_ceil(INSNS_PER_LOAD_THREAD))
+        .clamp(1, MAX_LOAD_THREADS);
     std::thread::scope(|scope| {
         // This thread loads too; one that cannot be spawned is not missed.
         for _ in 1..threads {
