@@ -505,3 +505,49 @@ fn user_symbol_functions_in_a_uprobe() {
     assert_eq!(brief - 1, lines.len() - 1 - brief, "{}", done.stdout);
     assert_eq!(lines.last().copied(), Some("f"), "{}", done.stdout);
 }
+
+/// `stack(n)`, `ustack(n)`, `callers(n)` and `ucallers(n)` in a
+/// tracepoint, against `backtrace()` and `ubacktrace()` of the same hit.
+#[test]
+fn stack_depths_and_callers_match_the_backtraces() {
+    let _one = serial();
+    let trigger = build("trigger");
+    let mut session = Session::start(&[
+        "-e",
+        r#"global hits
+           probe kernel.trace("syscalls:sys_enter_getppid") {
+             if (execname() != "stapStackN" || hits++) next
+             printf("%s\n%x %x %x %x\n%s\n%s\n%s\n", backtrace(), stack(0), stack(1), stack(99),
+                    stack(-1), callers(0), callers(1), callers(-1))
+             printf("%s\n%x %x\n%s\n%s\n", ubacktrace(), ustack(0), ustack(99), ucallers(0),
+                    ucallers(-1))
+             exit()
+           }"#,
+    ]);
+    session.wait_ready();
+    trigger_until_done(&mut session, &trigger, &["stapStackN", "getppid", "1"]);
+    let done = session.finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 9, "{}", done.stdout);
+    let kernel: Vec<&str> = lines[0].split(' ').collect();
+    assert!(
+        kernel.len() >= 2,
+        "a kernel stack of two frames or more: {}",
+        lines[0]
+    );
+    let hex = |a: &str| a.trim_start_matches("0x").to_string();
+    assert_eq!(
+        lines[1],
+        format!("{} {} 0 0", hex(kernel[0]), hex(kernel[1])),
+        "{}",
+        done.stdout
+    );
+    assert_eq!(lines[2], kernel[0]);
+    assert_eq!(lines[3], kernel[..2].join(" "));
+    assert_eq!(lines[4], lines[0]);
+    let user: Vec<&str> = lines[5].split(' ').collect();
+    assert_eq!(lines[6], format!("{} 0", hex(user[0])), "{}", done.stdout);
+    assert_eq!(lines[7], user[0]);
+    assert_eq!(lines[8], lines[5]);
+}

@@ -328,6 +328,8 @@ const BUILTINS: &[Builtin] = &[
     both("sprint_syms", &[S], STRING, "A backtrace() string symbolized, one ' ADDR : symdata' line per address"),
     both("sprint_usyms", &[S], STRING, "A ubacktrace() string symbolized against the current process, as print_usyms prints it"),
     both("print_ubacktrace_brief", &[], VOID, "Print the user stack of the current task, one name+offset a line (host probes have none)"),
+    both("stack", &[L], LONG, "Address at depth n of the kernel stack, as backtrace() lists it (0 past its end; host probes have none)"),
+    both("ustack", &[L], LONG, "Address at depth n of the user stack, as ubacktrace() lists it (0 past its end; host probes have none)"),
     kernel_only("task_backtrace", &[L], STRING, "Kernel stack of the given task as hex addresses"),
     both("print_stack", &[S], VOID, "Print a backtrace() string, symbolized"),
     both("sprint_stack", &[S], STRING, "Symbolize a backtrace() string"),

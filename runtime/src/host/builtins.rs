@@ -112,6 +112,8 @@ pub const TABLE: &[&str] = &[
     "sprint_syms",
     "sprint_usyms",
     "print_ubacktrace_brief",
+    "stack",
+    "ustack",
 ];
 
 pub fn lookup(name: &str) -> Option<usize> {
@@ -409,6 +411,8 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
             s(format!("<no kernel backtrace at {}>", probe_point(rt)).into_bytes())
         }
         "backtrace" => s(Vec::new()),
+        // No stack in a host probe: every depth is past its end.
+        "stack" | "ustack" => l(0),
         // Like print_ubacktrace: a host probe has no user stack.
         "print_ubacktrace_brief" => {
             let text = format!("<no user backtrace at {}>\n", probe_point(rt));

@@ -487,6 +487,11 @@ impl Emitter<'_> {
                     None => self.probefunc_from_stack(dst),
                 }
             }
+            "stack" | "ustack" => {
+                if let (Some(dst), Some(depth)) = (dst, args.first().copied()) {
+                    self.stack_frame(dst, depth, name == "ustack");
+                }
+            }
             "caller_addr" => {
                 if let Some(dst) = dst {
                     self.caller_addr(dst);

@@ -28,8 +28,16 @@ const MACHINERY: [&[u8]; 6] = [
 pub(super) fn walks_stack(name: &str) -> bool {
     matches!(
         name,
-        "probefunc" | "caller_addr" | "backtrace" | "ubacktrace"
+        "probefunc" | "caller_addr" | "backtrace" | "ubacktrace" | "stack" | "ustack"
     )
+}
+
+/// How many frames [`Emitter::foreign_frame_past`] goes past the first
+/// one outside the machinery.
+#[derive(Clone, Copy)]
+enum FramesPast {
+    Constant(i32),
+    Value(Reg),
 }
 
 impl Emitter<'_> {
@@ -85,6 +93,13 @@ impl Emitter<'_> {
     /// to skip at `FRAME_SMALL + 8` (stack slots keep exact values for the
     /// verifier, so it sees at most [`MAX_FRAMES`] iterations).
     fn foreign_frame(&mut self, extra: i32) {
+        self.foreign_frame_past(FramesPast::Constant(extra));
+    }
+
+    /// [`foreign_frame`](Self::foreign_frame) with the frames to go past
+    /// given as a constant or a script value (`stack(n)`; a negative one
+    /// walks off the end: none).
+    fn foreign_frame_past(&mut self, extra: FramesPast) {
         let Some(formats) = self.maps.formats.as_ref() else {
             return;
         };
@@ -98,7 +113,15 @@ impl Emitter<'_> {
         let done = self.new_label();
         self.capture_stack(false);
         self.push(Insn::store_imm(DW, FP, FRAME_SMALL, 0));
-        self.push(Insn::store_imm(DW, FP, FRAME_SMALL + 8, extra));
+        match extra {
+            FramesPast::Constant(extra) => {
+                self.push(Insn::store_imm(DW, FP, FRAME_SMALL + 8, extra));
+            }
+            FramesPast::Value(depth) => {
+                self.load_to(depth, R1);
+                self.push(Insn::store(DW, FP, FRAME_SMALL + 8, R1));
+            }
+        }
         self.bind(top);
         self.push(Insn::load(DW, R3, FP, FRAME_SMALL));
         self.jump(
@@ -186,6 +209,34 @@ impl Emitter<'_> {
             _ => 1,
         };
         self.foreign_frame(extra);
+        self.set_result(dst, R0);
+    }
+
+    /// `stack(n)` (`user`: `ustack(n)`): the address at depth `n` of what
+    /// `backtrace()` (`ubacktrace()`) lists, 0 past the end or for a
+    /// negative `n`.
+    pub(super) fn stack_frame(&mut self, dst: Reg, depth: Reg, user: bool) {
+        if !user {
+            self.foreign_frame_past(FramesPast::Value(depth));
+            self.set_result(dst, R0);
+            return;
+        }
+        let none = self.new_label();
+        let done = self.new_label();
+        self.capture_stack(true);
+        self.load_to(depth, R3);
+        self.jump(Insn::jump_imm(insn::JSLT, R3, 0, 0), none);
+        self.jump(Insn::jump_imm(insn::JSGE, R3, MAX_FRAMES as i32, 0), none);
+        self.push(Insn::alu64_imm(insn::LSH, R3, 3));
+        self.scratch_addr(R1, self.scratch.stack);
+        self.push(Insn::load(DW, R4, R1, 0));
+        self.jump(Insn::jump_reg(insn::JGE, R3, R4, 0), none);
+        self.push(Insn::alu64_reg(insn::ADD, R1, R3));
+        self.push(Insn::load(DW, R0, R1, 16));
+        self.goto(done);
+        self.bind(none);
+        self.push(Insn::mov_imm(R0, 0));
+        self.bind(done);
         self.set_result(dst, R0);
     }
 
