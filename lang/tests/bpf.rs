@@ -179,24 +179,33 @@ fn unknown_kernel_builtins_are_unsupported_by_name() {
 }
 
 #[test]
-fn sorted_foreach_in_a_kernel_probe_is_unsupported() {
-    let s = sample("counter");
-    let (module, map) = with_ops(
-        vec![ValType::Long],
-        vec![Op::IterStart {
-            iter: ir::IterId(0),
-            global: stap_lang::sema::hir::GlobalId(0),
-            sort: Some(ir::Sort {
-                by: ir::SortBy::Value,
-                descending: true,
-            }),
-            limit: None,
-        }],
+fn listing_kernel_sorted_foreach_rounds() {
+    // By a string key's descending order, ties on nothing: the rounds, the
+    // walk comparing the candidate with the last and the best, the body.
+    let script = "global a\nprobe kernel.trace(\"sys_enter\") {\n  a[execname(), $id] = 1\n  foreach ([c-, i] in a limit 2) printf(\"%s %d\\n\", c, i)\n}\n";
+    let (module, map) = lower(script);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    let program = &object.programs[0];
+    assert!(program.needs_btf());
+    assert_eq!(
+        program.func_info.len(),
+        5,
+        "the handler, the body, the round, the walk and the output flush subprogram"
     );
-    drop(s);
+    assert!(program.stack_bytes <= 512);
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+#[test]
+fn kernel_foreach_over_statistics_sorted_by_value_is_unsupported() {
+    let script = "global s\nprobe kernel.trace(\"sys_enter\") {\n  s[$id] <<< 1\n  foreach ([k] in s-) printf(\"%d\\n\", k)\n}\n";
+    let (module, map) = lower(script);
     let text = errors(&module, &map);
     assert!(
-        text.contains("unsupported: a sorted foreach in a kernel probe (move it to a host probe)"),
+        text.contains(
+            "unsupported: a foreach over a statistics array sorted by its values in a kernel probe"
+        ),
         "{text}"
     );
 }

@@ -26,12 +26,13 @@
 //! IterNext; branch has, body, exit`, body blocks, `latch: Tick; jump
 //! header`.
 
+use super::sorted::SortedLoop;
 use super::*;
 use crate::ir::Sort;
 
 /// Context struct fields (byte offsets).
 const CTX_PROBE_CTX: i16 = 0;
-const CTX_SCRATCH: i16 = 8;
+pub(super) const CTX_SCRATCH: i16 = 8;
 const CTX_COUNTERS: i16 = 16;
 /// How the callback stopped the loop: `CODE_*`.
 const CTX_CODE: i16 = 24;
@@ -52,7 +53,7 @@ const CTX_BASE: i16 = FRAME_SMALL_VALUE;
 pub(super) struct Region {
     /// The block whose `IterStart` (its last op) starts the loop.
     start_block: usize,
-    global: GlobalId,
+    pub(super) global: GlobalId,
     header: usize,
     body: usize,
     exit: usize,
@@ -69,7 +70,11 @@ pub(super) struct Region {
     queued: bool,
     /// 1 for a loop in the handler, 2 inside another loop, ...
     pub(super) depth: u32,
-    span: Span,
+    /// A sorted loop's order (`sorted.rs`), and its state when the sort
+    /// can run in a kernel probe.
+    sort: Option<Sort>,
+    pub(super) sorted: Option<SortedLoop>,
+    pub(super) span: Span,
     /// Blocks outside the loop, other than its exit, that the body jumps
     /// to (`return` from an inlined function, to the caller's code): the
     /// callback stops with code `CODE_ESCAPE + i` and the caller goes on
@@ -97,9 +102,14 @@ fn reach(function: &Function, from: usize, stop: &[usize]) -> Vec<bool> {
 }
 
 impl Region {
-    /// Its part of `ScratchLayout::loops`: the `limit` countdown, then the
-    /// transferred registers.
-    fn loop_bytes(&self) -> u32 {
+    /// Its part of `ScratchLayout::loops`: the `limit` countdown, the
+    /// transferred registers, then a sorted loop's state.
+    pub(super) fn loop_bytes(&self) -> u32 {
+        self.unsorted_bytes() + self.sorted.map_or(0, |s| s.bytes())
+    }
+
+    /// The `limit` countdown and the transferred registers.
+    pub(super) fn unsorted_bytes(&self) -> u32 {
         8 + 8 * self.transfer.len() as u32
     }
 }
@@ -113,8 +123,8 @@ pub(super) fn loops_bytes(regions: &[Region]) -> u32 {
 }
 
 impl Emitter<'_> {
-    /// Finds every unsorted `foreach` loop of the function (sorted ones are
-    /// rejected when their `IterStart` is emitted).
+    /// Finds every `foreach` loop of the function (sorted ones run by
+    /// rounds, `sorted.rs`).
     pub(super) fn plan_regions(&mut self) {
         let function = self.function;
         let n = function.blocks.len();
@@ -124,7 +134,7 @@ impl Emitter<'_> {
                 let Op::IterStart {
                     iter,
                     global,
-                    sort: None,
+                    sort,
                     limit,
                 } = &inst.op
                 else {
@@ -180,6 +190,7 @@ impl Emitter<'_> {
                 transfer.sort();
                 transfer.dedup();
                 let entry = self.new_label();
+                let sorted = sort.and_then(|sort| self.plan_sorted(*global, sort));
                 regions.push(Region {
                     start_block,
                     global: *global,
@@ -195,6 +206,8 @@ impl Emitter<'_> {
                     limited: limit.is_some(),
                     queued: false,
                     depth: 1,
+                    sort: *sort,
+                    sorted,
                     span: inst.span,
                     escapes,
                 });
@@ -228,7 +241,7 @@ impl Emitter<'_> {
 
     /// `into` = the address of loop `region`'s part of the scratch loop
     /// area (`None`: the tick count).
-    fn loop_area(&mut self, into: u8, region: Option<usize>) {
+    pub(super) fn loop_area(&mut self, into: u8, region: Option<usize>) {
         let mut offset = self.scratch.loops;
         if let Some(region) = region {
             offset += 8 + self.regions[..region]
@@ -250,16 +263,20 @@ impl Emitter<'_> {
 
     /// `IterStart`: fill the context struct, call the helper, take the
     /// results back.
-    pub(super) fn iter_start(&mut self, global: GlobalId, sort: Option<Sort>, limit: Option<Reg>) {
-        if sort.is_some() {
-            self.unsupported("a sorted foreach in a kernel probe (move it to a host probe)");
-            return;
-        }
+    pub(super) fn iter_start(&mut self, global: GlobalId, limit: Option<Reg>) {
         let block = self.current_block;
         let Some(region) = self.regions.iter().position(|r| r.start_block == block) else {
             self.unsupported("this foreach shape in a kernel probe");
             return;
         };
+        let sorted = self.regions[region].sorted;
+        if self.regions[region].sort.is_some() && sorted.is_none() {
+            self.unsupported(
+                "a foreach over a statistics array sorted by its values in a kernel probe \
+                 (sort by a key, or move it to a host probe)",
+            );
+            return;
+        }
         if matches!(
             self.module.global(global).storage,
             Storage::Scalar(_) | Storage::Stats { .. }
@@ -295,13 +312,17 @@ impl Emitter<'_> {
             let r = self.operand(*reg, R2);
             self.push(Insn::store(DW, R1, 8 + 8 * i as i16, r));
         }
-        self.ld_map(R1, map);
-        let entry = self.regions[region].entry;
-        self.func_fixups.push((self.insns.len(), entry));
-        self.push2(Insn::ld_func(R2, 0));
-        self.frame_ptr(R3, base);
-        self.push(Insn::mov_imm(R4, 0));
-        self.call(helper::FOR_EACH_MAP_ELEM);
+        if let Some(sorted) = sorted {
+            self.start_sorted(region, sorted, base);
+        } else {
+            self.ld_map(R1, map);
+            let entry = self.regions[region].entry;
+            self.func_fixups.push((self.insns.len(), entry));
+            self.push2(Insn::ld_func(R2, 0));
+            self.frame_ptr(R3, base);
+            self.push(Insn::mov_imm(R4, 0));
+            self.call(helper::FOR_EACH_MAP_ELEM);
+        }
         // Back: the ticks, the verdict, then what the code at the verdict's
         // destination reads.
         if !self.in_callback {
@@ -495,6 +516,9 @@ impl Emitter<'_> {
         }
         self.epilogue = saved_epilogue;
         self.in_callback = saved_in_callback;
+        if let Some(sorted) = self.regions[region].sorted {
+            self.emit_round(region, sorted, entry);
+        }
     }
 
     /// `Tick` inside a callback: the count in the scratch region.
@@ -572,4 +596,21 @@ impl Emitter<'_> {
             }
         }
     }
+}
+
+/// How many sorted loops the deepest sorted loop sits in, itself
+/// included: each adds its round's frame to the call chain (`sorted.rs`).
+pub(super) fn sorted_depth(regions: &[Region]) -> u32 {
+    regions
+        .iter()
+        .filter(|r| r.sorted.is_some())
+        .map(|r| {
+            let outer = regions
+                .iter()
+                .filter(|o| o.sorted.is_some() && o.members[r.header])
+                .count();
+            1 + outer as u32
+        })
+        .max()
+        .unwrap_or(0)
 }

@@ -23,6 +23,7 @@ mod foreach;
 mod format;
 mod globals;
 mod output;
+mod sorted;
 mod stack;
 mod statistics;
 mod strfuncs;
@@ -398,6 +399,13 @@ fn finish_probe(
         // The `delete ARRAY` callback's frame (empty) or a string loop's
         // (its scratch pointer), rounded up to 32.
         stack_bytes = stack_bytes.div_ceil(32) * 32 + 32;
+    }
+    let sorted = foreach::sorted_depth(&emitter.regions);
+    if sorted > 0 {
+        // Each sorted loop in the chain adds its round's frame (empty,
+        // rounded up to 32) above its body's, and the walk's frame sits
+        // under the innermost round.
+        stack_bytes = stack_bytes.div_ceil(32) * 32 + 32 * (sorted + 1);
     }
     if emitter.flush_sub.is_some() {
         // The flush subprogram's frame (24 bytes, rounded up to 32) under
@@ -1465,12 +1473,7 @@ impl Emitter<'_> {
                 what,
             } => self.stat_get(*dst, *global, keys, *what),
             Op::PrintHist { global, keys, kind } => self.print_hist(*global, keys, *kind),
-            Op::IterStart {
-                global,
-                sort,
-                limit,
-                ..
-            } => self.iter_start(*global, *sort, *limit),
+            Op::IterStart { global, limit, .. } => self.iter_start(*global, *limit),
             // Decoded at the start of the loop's callback.
             Op::IterNext { .. } => {}
             Op::Call { .. } => self.unsupported(
