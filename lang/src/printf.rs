@@ -414,7 +414,7 @@ fn format_one<'v, 'a: 'v>(
             } else {
                 ""
             };
-            let digits = integer_digits(n.unsigned_abs(), 10, false, precision);
+            let digits = Digits::new(n.unsigned_abs(), 10, false, precision);
             pad_number(out, sign, &digits, width, flags, precision.is_some());
         }
         Conversion::Unsigned | Conversion::Octal | Conversion::HexLower | Conversion::HexUpper => {
@@ -425,13 +425,13 @@ fn format_one<'v, 'a: 'v>(
                 Conversion::HexLower => (16, false),
                 _ => (16, true),
             };
-            let mut digits = integer_digits(n, base, upper, precision);
+            let mut digits = Digits::new(n, base, upper, precision);
             let mut prefix = "";
             if flags.alternate {
                 // stap's runtime, not C: `#` always adds the prefix, so zero
                 // is `0x0` and `00`, and `%#.3o` of 8 is `0010`.
                 match base {
-                    8 => digits.insert(0, '0'),
+                    8 => digits.zeros += 1,
                     16 => prefix = if upper { "0X" } else { "0x" },
                     _ => {}
                 }
@@ -514,23 +514,51 @@ fn expect_str<'a>(spec: &Spec, value: Value<'a>) -> Result<&'a [u8], FormatError
     }
 }
 
-/// The digits of `n` in `base`, left-padded with zeros to `precision`
-/// digits. As in C, precision 0 prints zero as no digits at all.
-fn integer_digits(n: u64, base: u32, upper: bool, precision: Option<usize>) -> String {
-    let mut digits = match (base, upper) {
-        (8, _) => format!("{n:o}"),
-        (16, false) => format!("{n:x}"),
-        (16, true) => format!("{n:X}"),
-        _ => n.to_string(),
-    };
-    if let Some(p) = precision {
-        if p == 0 && n == 0 {
-            digits.clear();
-        } else if digits.len() < p {
-            digits.insert_str(0, &"0".repeat(p - digits.len()));
+/// The digits of an integer in a fixed buffer (a u64 has at most 22 octal
+/// digits), with the leading zeros a precision asks for kept as a count:
+/// the host formats every kernel printf line, so no allocation per number
+/// (bench/analysis.md, "printing").
+struct Digits {
+    buf: [u8; 22],
+    /// Where the digits start in `buf`.
+    start: usize,
+    /// Zeros written before them.
+    zeros: usize,
+}
+
+impl Digits {
+    /// The digits of `n` in `base`, left-padded with zeros to `precision`
+    /// digits. As in C, precision 0 prints zero as no digits at all.
+    fn new(mut n: u64, base: u32, upper: bool, precision: Option<usize>) -> Digits {
+        let alphabet: &[u8; 16] = match upper {
+            true => b"0123456789ABCDEF",
+            false => b"0123456789abcdef",
+        };
+        let mut buf = [0u8; 22];
+        let mut start = buf.len();
+        if precision != Some(0) || n != 0 {
+            loop {
+                start -= 1;
+                buf[start] = alphabet[(n % u64::from(base)) as usize];
+                n /= u64::from(base);
+                if n == 0 {
+                    break;
+                }
+            }
         }
+        let count = buf.len() - start;
+        let zeros = precision.map_or(0, |p| p.saturating_sub(count));
+        Digits { buf, start, zeros }
     }
-    digits
+
+    fn len(&self) -> usize {
+        self.zeros + self.buf.len() - self.start
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.resize(out.len() + self.zeros, b'0');
+        out.extend_from_slice(&self.buf[self.start..]);
+    }
 }
 
 /// Writes `prefix` (sign or `0x`) and `digits`, padded to `width`. The `0`
@@ -539,20 +567,25 @@ fn integer_digits(n: u64, base: u32, upper: bool, precision: Option<usize>) -> S
 fn pad_number(
     out: &mut Vec<u8>,
     prefix: &str,
-    digits: &str,
+    digits: &Digits,
     width: Option<usize>,
     flags: Flags,
     has_precision: bool,
 ) {
-    let len = prefix.len() + digits.len();
-    let fill = width.unwrap_or(0).saturating_sub(len);
-    if flags.zero && !flags.left && !has_precision {
-        out.extend_from_slice(prefix.as_bytes());
+    let fill = width
+        .unwrap_or(0)
+        .saturating_sub(prefix.len() + digits.len());
+    let zero_fill = flags.zero && !flags.left && !has_precision;
+    if !zero_fill && !flags.left {
+        out.resize(out.len() + fill, b' ');
+    }
+    out.extend_from_slice(prefix.as_bytes());
+    if zero_fill {
         out.resize(out.len() + fill, b'0');
-        out.extend_from_slice(digits.as_bytes());
-    } else {
-        let text = format!("{prefix}{digits}");
-        pad(out, text.as_bytes(), width, flags.left);
+    }
+    digits.write(out);
+    if flags.left {
+        out.resize(out.len() + fill, b' ');
     }
 }
 
@@ -708,6 +741,20 @@ mod tests {
         assert!(parse("%4b%2b%1b%8b%b").is_ok());
         // Multi-byte text before a bad directive: offsets are in bytes.
         assert_eq!(parse("é%é").unwrap_err().offset, 3);
+    }
+
+    #[test]
+    fn integer_extremes_fill_the_digit_buffer() {
+        assert_eq!(text("%d", &[Long(i64::MIN)]), "-9223372036854775808");
+        assert_eq!(text("%u", &[Long(-1)]), "18446744073709551615");
+        assert_eq!(text("%o", &[Long(-1)]), "1777777777777777777777");
+        assert_eq!(text("%#o", &[Long(-1)]), "01777777777777777777777");
+        assert_eq!(text("%X|%#x", &[Long(-1), Long(0)]), "FFFFFFFFFFFFFFFF|0x0");
+        assert_eq!(text("%#.0o|%#o", &[Long(0), Long(0)]), "0|00");
+        assert_eq!(
+            text("%#010x|%-#6x|", &[Long(255), Long(255)]),
+            "0x000000ff|0xff  |"
+        );
     }
 
     #[test]

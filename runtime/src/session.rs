@@ -936,23 +936,40 @@ impl Session<'_> {
 
     /// Handles every record waiting in one ring buffer; returns how many.
     fn drain(&mut self, feed: usize) -> usize {
-        // One copy of the whole batch (the ring's space is given back as
-        // it is read), then one formatting pass and one write.
+        // Batches of up to DRAIN_BATCH_BYTES: one copy out of the ring (its
+        // space is given back as it is read), then one formatting pass and
+        // one write each. The cap keeps a backlog (a ring filled while the
+        // host was not running) from being copied whole into the heap.
         let this = &mut self.feeds[feed];
         let mut batch = std::mem::take(&mut this.batch);
         let mut ends = std::mem::take(&mut this.ends);
-        batch.clear();
-        ends.clear();
-        let records = this.ring.consume(|bytes| {
-            batch.extend_from_slice(bytes);
-            ends.push(batch.len());
-        });
-        let mut start = 0;
-        for &end in &ends {
-            self.take_record(feed, &batch[start..end]);
-            start = end;
+        let mut records = 0;
+        loop {
+            batch.clear();
+            ends.clear();
+            let consumed = self.feeds[feed].ring.consume(DRAIN_BATCH_BYTES, |bytes| {
+                batch.extend_from_slice(bytes);
+                ends.push(batch.len());
+            });
+            let mut start = 0;
+            for &end in &ends {
+                self.take_record(feed, &batch[start..end]);
+                start = end;
+            }
+            self.flush_output();
+            match consumed {
+                Ok(0) => break,
+                Ok(n) => records += n,
+                Err(e) => {
+                    // The rest stays in the ring, unread: say so and end.
+                    self.stop_with_warning(&format!("cannot map the ring buffer: {e}"));
+                    break;
+                }
+            }
+            if (batch.len() as u64) < DRAIN_BATCH_BYTES {
+                break;
+            }
         }
-        self.flush_output();
         let this = &mut self.feeds[feed];
         this.batch = batch;
         this.ends = ends;
@@ -1168,19 +1185,29 @@ impl Session<'_> {
             })
             .collect();
         let mut resolved = symbols.iter();
-        let values: Vec<printf::Value<'_>> = args
-            .iter()
-            .map(|arg| match arg.as_value() {
-                Some(value) => value,
-                None => printf::Value::Str(resolved.next().map_or(&[][..], |s| s.as_bytes())),
-            })
-            .collect();
+        let each_value = args.iter().map(|arg| match arg.as_value() {
+            Some(value) => value,
+            None => printf::Value::Str(resolved.next().map_or(&[][..], |s| s.as_bytes())),
+        });
+        // A typical printf's arguments fit on the stack: no allocation per
+        // line (bench/analysis.md, "printing").
+        let mut inline = [printf::Value::Long(0); 8];
+        let spilled: Vec<printf::Value<'_>>;
+        let values: &[printf::Value<'_>] = if args.len() <= inline.len() {
+            for (slot, value) in inline.iter_mut().zip(each_value) {
+                *slot = value;
+            }
+            &inline[..args.len()]
+        } else {
+            spilled = each_value.collect();
+            &spilled
+        };
         let mut text = std::mem::take(&mut self.feeds[feed].text);
         text.clear();
         let pieces = self.feeds[feed].formats[index]
             .as_deref()
             .unwrap_or_default();
-        if let Err(e) = printf::format(pieces, &values, &mut text) {
+        if let Err(e) = printf::format(pieces, values, &mut text) {
             crate::stop::stderr_line(&format!(
                 "WARNING: cannot format a kernel printf: {}",
                 e.message
@@ -1309,6 +1336,10 @@ type HeldUnit = (u32, Vec<Vec<u8>>);
 /// wakeups, so a busy ring costs one irq_work and one wakeup per batch,
 /// not per record (bench/analysis.md, "Start-up: the first event").
 const RING_BATCH_MS: u64 = 1;
+
+/// The most payload bytes one drain pass copies out of a ring buffer
+/// before formatting and writing them (see `Session::drain`).
+const DRAIN_BATCH_BYTES: u64 = 256 << 10;
 
 fn events_size(object: &Object) -> u32 {
     object
