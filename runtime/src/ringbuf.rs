@@ -1,21 +1,26 @@
 //! Reading a `BPF_MAP_TYPE_RINGBUF` from user space: the kernel's mmap
-//! protocol, done by hand (two mappings and two positions) so no loader
+//! protocol, done by hand (a few mappings and two positions) so no loader
 //! library is needed for the one map every session reads.
 //!
 //! Layout (kernel/bpf/ringbuf.c): at offset 0 of the map fd, one writable
 //! page holding the consumer position; at offset `page`, one read-only page
-//! holding the producer position followed by the data area. The kernel
-//! offers the data area twice in a row, so that a record wrapping around
-//! the end reads as one piece; we map it once and copy the rare wrapping
-//! record, because every mapped page of a ring is resident from the start
-//! (the kernel maps them all at mmap time): the second copy doubled the
-//! ring's share of the process's RSS (bench/analysis.md, "RSS"). Each
-//! record starts with an 8-byte header `{u32 len, u32 page_offset}`, where
-//! `len` carries the BUSY (not yet committed) and DISCARD bits; records are
-//! padded to 8 bytes.
+//! holding the producer position, followed by the data area, which the
+//! kernel offers twice in a row so that a record wrapping around the end
+//! reads as one piece. Each record starts with an 8-byte header
+//! `{u32 len, u32 page_offset}`, where `len` carries the BUSY (not yet
+//! committed) and DISCARD bits; records are padded to 8 bytes.
+//!
+//! The data area is mapped in a sliding window, not whole: the kernel
+//! makes every page of a mapping resident at mmap time, so mapping the
+//! whole 8 MiB ring of a printing script put 8 MiB in the host's RSS,
+//! though the reader only ever looks at the part just written
+//! (bench/analysis.md, "RSS"). The window is two steps long and starts at
+//! a multiple of the step; since the data area appears twice, a record
+//! that starts in the window's first step and is at most a step long lies
+//! inside it, wrapping or not. A longer record gets a window of its own.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -23,22 +28,52 @@ const BUSY_BIT: u32 = 1 << 31;
 const DISCARD_BIT: u32 = 1 << 30;
 const HEADER_BYTES: u64 = 8;
 
-/// A consumer of one ring buffer map. It borrows nothing: the mappings keep
-/// the map alive even if its fd is closed, and are unmapped on drop.
+/// How far the window moves at a time (at most the ring's size): 256 KiB
+/// is thousands of printf records per remapping.
+const WINDOW_STEP: u64 = 256 << 10;
+
+/// One read-only mapping of part of the map fd.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `map` with this length; nothing borrows it past
+        // the mapping's owner.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A consumer of one ring buffer map.
 pub struct RingBuf {
-    consumer: NonNull<u8>,
-    producer: NonNull<u8>,
-    page: usize,
+    /// Its own duplicate of the map fd, to move the window.
+    fd: OwnedFd,
+    /// The consumer position's page (writable).
+    consumer: Mapping,
+    /// The producer position's page.
+    producer: Mapping,
+    page: u64,
     /// Bytes of data area (a power of two, the map's `max_entries`).
     size: u64,
-    /// A record that wraps around the end of the data area, made whole.
-    wrapped: Vec<u8>,
+    step: u64,
+    /// The mapped part of the (doubled) data area: `window.len` bytes from
+    /// data offset `window_at`.
+    window: Mapping,
+    window_at: u64,
 }
 
 impl RingBuf {
     /// Maps the ring buffer whose fd is `fd` and whose data area is
     /// `max_entries` bytes (as in its `MapSpec`).
     pub fn new(fd: BorrowedFd<'_>, max_entries: u32) -> io::Result<RingBuf> {
+        RingBuf::with_step(fd, max_entries, WINDOW_STEP)
+    }
+
+    /// As [`new`](Self::new), with the window moving `step` bytes at a
+    /// time (tests move it often).
+    fn with_step(fd: BorrowedFd<'_>, max_entries: u32, step: u64) -> io::Result<RingBuf> {
         let size = u64::from(max_entries);
         if !size.is_power_of_two() {
             return Err(io::Error::new(
@@ -48,23 +83,23 @@ impl RingBuf {
         }
         // SAFETY: sysconf has no memory-safety preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let page = usize::try_from(page).unwrap_or(4096);
-        let consumer = map(fd, page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
-        let producer_len = page + size as usize;
-        let producer = match map(fd, producer_len, libc::PROT_READ, page) {
-            Ok(p) => p,
-            Err(e) => {
-                // SAFETY: `consumer` was mapped above with length `page`.
-                unsafe { libc::munmap(consumer.as_ptr().cast(), page) };
-                return Err(e);
-            }
-        };
+        let page = u64::try_from(page).unwrap_or(4096);
+        let fd = fd.try_clone_to_owned()?;
+        let consumer = map(fd.as_fd(), page, libc::PROT_READ | libc::PROT_WRITE, 0)?;
+        let producer = map(fd.as_fd(), page, libc::PROT_READ, page)?;
+        // A power of two between a page and the ring's size, so that it
+        // divides the data area.
+        let step = step.min(size).max(page).next_power_of_two();
+        let window = map(fd.as_fd(), 2 * step, libc::PROT_READ, 2 * page)?;
         Ok(RingBuf {
+            fd,
             consumer,
             producer,
             page,
             size,
-            wrapped: Vec::new(),
+            step,
+            window,
+            window_at: 0,
         })
     }
 
@@ -72,62 +107,85 @@ impl RingBuf {
         // SAFETY: the consumer page is mapped read-write for our lifetime
         // and starts with the kernel's `unsigned long consumer_pos`, which
         // is 8-byte aligned (page aligned).
-        unsafe { &*self.consumer.as_ptr().cast::<AtomicU64>() }
+        unsafe { &*self.consumer.ptr.as_ptr().cast::<AtomicU64>() }
     }
 
     fn producer_pos(&self) -> &AtomicU64 {
         // SAFETY: as above, for the producer page (read-only: we only load).
-        unsafe { &*self.producer.as_ptr().cast::<AtomicU64>() }
+        unsafe { &*self.producer.ptr.as_ptr().cast::<AtomicU64>() }
+    }
+
+    /// The address of data offset `offset` (below `size`), with `len`
+    /// bytes after it mapped (at most `size`), moving the window if needed.
+    fn bytes_at(&mut self, offset: u64, len: u64) -> io::Result<*const u8> {
+        let mapped = self.window.len as u64;
+        if offset < self.window_at || offset + len > self.window_at + mapped {
+            let at = offset & !(self.step - 1);
+            // Within the doubled area: `at <= size - step`, and
+            // `offset + len < 2 * size`.
+            let want = (offset + len - at).next_multiple_of(self.page);
+            let window_len = want.max(2 * self.step);
+            self.window = map(
+                self.fd.as_fd(),
+                window_len,
+                libc::PROT_READ,
+                2 * self.page + at,
+            )?;
+            self.window_at = at;
+        }
+        // SAFETY: `offset - window_at + len` is within the window mapping.
+        Ok(unsafe {
+            self.window
+                .ptr
+                .as_ptr()
+                .add((offset - self.window_at) as usize)
+        })
     }
 
     /// Calls `each` with the payload of every committed record, in order,
     /// and returns how many there were. Stops at the first record still
-    /// being written (BUSY); a later call picks it up.
-    pub fn consume(&mut self, mut each: impl FnMut(&[u8])) -> usize {
+    /// being written (BUSY), or once the payloads passed reach `max_bytes`;
+    /// a later call picks up the rest. Fails only if the window cannot be
+    /// moved (mmap), with the records not yet read left in the ring.
+    pub fn consume(&mut self, max_bytes: u64, mut each: impl FnMut(&[u8])) -> io::Result<usize> {
         let mask = self.size - 1;
         let mut consumed = 0;
+        let mut passed = 0;
         let mut cons = self.consumer_pos().load(Ordering::Acquire);
         let mut given_back = cons;
-        loop {
+        let result = loop {
             let prod = self.producer_pos().load(Ordering::Acquire);
-            if cons >= prod {
-                break;
+            if cons >= prod || passed >= max_bytes {
+                break Ok(consumed);
             }
-            let offset = (cons & mask) as usize;
-            // SAFETY: `offset < size`, and the data area (2 × size bytes)
-            // starts one page into the producer mapping; the header is
-            // 8-byte aligned because every record is padded to 8 bytes.
-            let header = unsafe { self.producer.as_ptr().add(self.page + offset) };
-            // SAFETY: see above; the kernel publishes `len` with a release
-            // store once the record is committed.
+            let offset = cons & mask;
+            // The header is 8-byte aligned (every record is padded to 8
+            // bytes), so it never wraps.
+            let header = match self.bytes_at(offset, HEADER_BYTES) {
+                Ok(header) => header,
+                Err(e) => break Err(e),
+            };
+            // SAFETY: `header` points at 8 mapped, 8-byte aligned bytes; the
+            // kernel publishes `len` with a release store once the record
+            // is committed.
             let len_word = unsafe { &*header.cast::<AtomicU32>() }.load(Ordering::Acquire);
             if len_word & BUSY_BIT != 0 {
-                break;
+                break Ok(consumed);
             }
             let len = u64::from(len_word & !(BUSY_BIT | DISCARD_BIT));
             if len_word & DISCARD_BIT == 0 && len <= self.size - HEADER_BYTES {
-                // The header never wraps (records are 8-byte aligned); the
-                // payload may: its first `head` bytes run to the end of the
-                // data area, the rest starts at its beginning.
-                let start = offset + HEADER_BYTES as usize;
-                let len = len as usize;
-                let head = len.min(self.size as usize - start);
-                // SAFETY: the data area starts one page into the producer
-                // mapping and is `size` bytes long.
-                let data = unsafe { self.producer.as_ptr().add(self.page) };
-                // SAFETY: `start + head ≤ size`: within the data area.
-                let first = unsafe { std::slice::from_raw_parts(data.add(start), head) };
-                if head == len {
-                    each(first);
-                } else {
-                    // SAFETY: `len - head < size`: within the data area.
-                    let rest = unsafe { std::slice::from_raw_parts(data, len - head) };
-                    self.wrapped.clear();
-                    self.wrapped.extend_from_slice(first);
-                    self.wrapped.extend_from_slice(rest);
-                    each(&self.wrapped);
-                }
+                let record = match self.bytes_at(offset, HEADER_BYTES + len) {
+                    Ok(record) => record,
+                    Err(e) => break Err(e),
+                };
+                // SAFETY: `bytes_at` mapped `HEADER_BYTES + len` bytes from
+                // `record`; the doubled data area makes them contiguous.
+                let payload = unsafe {
+                    std::slice::from_raw_parts(record.add(HEADER_BYTES as usize), len as usize)
+                };
+                each(payload);
                 consumed += 1;
+                passed += len;
             }
             cons += (len + HEADER_BYTES).next_multiple_of(8);
             // Space goes back in quarters of the ring and at the end, not
@@ -137,29 +195,20 @@ impl RingBuf {
                 self.consumer_pos().store(cons, Ordering::Release);
                 given_back = cons;
             }
-        }
+        };
         if cons != given_back {
             self.consumer_pos().store(cons, Ordering::Release);
         }
-        consumed
+        result
     }
 }
 
-impl Drop for RingBuf {
-    fn drop(&mut self) {
-        // SAFETY: both regions were mapped in `new` with these lengths and
-        // nothing borrows them past `self`.
-        unsafe {
-            libc::munmap(self.consumer.as_ptr().cast(), self.page);
-            libc::munmap(
-                self.producer.as_ptr().cast(),
-                self.page + self.size as usize,
-            );
-        }
-    }
-}
-
-fn map(fd: BorrowedFd<'_>, len: usize, prot: i32, offset: usize) -> io::Result<NonNull<u8>> {
+/// Maps `len` bytes of the map fd from byte `offset`, read-only unless
+/// `prot` says otherwise.
+fn map(fd: BorrowedFd<'_>, len: u64, prot: i32, offset: u64) -> io::Result<Mapping> {
+    let (Ok(len), Ok(offset)) = (usize::try_from(len), libc::off_t::try_from(offset)) else {
+        return Err(io::Error::other("ring buffer mapping out of range"));
+    };
     // SAFETY: a fresh shared mapping of the map fd at a kernel-chosen
     // address; the kernel checks the length and protection against the map.
     let ptr = unsafe {
@@ -168,19 +217,20 @@ fn map(fd: BorrowedFd<'_>, len: usize, prot: i32, offset: usize) -> io::Result<N
             len,
             prot,
             libc::MAP_SHARED,
-            fd.as_fd().as_raw_fd(),
-            offset as libc::off_t,
+            fd.as_raw_fd(),
+            offset,
         )
     };
     if ptr == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    // Not for children: the kernel maps every page of the ring, so a fork
-    // (the exit's detaching helpers, attach/handoff.rs) would copy all its
-    // page table entries. A failure only costs that copy.
+    // Not for children: the kernel maps every page of the mapping, so a
+    // fork (the exit's detaching helpers, attach/handoff.rs) would copy all
+    // its page table entries. A failure only costs that copy.
     // SAFETY: advice on the mapping just made.
     unsafe { libc::madvise(ptr, len, libc::MADV_DONTFORK) };
-    NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
+    let ptr = NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+    Ok(Mapping { ptr, len })
 }
 
 #[cfg(test)]
@@ -257,7 +307,11 @@ mod tests {
         let spec = ring_spec(1 << 16);
         let map = sys::map_create(&spec).expect("creating a ring buffer (needs root)");
         let mut ring = RingBuf::new(map.as_fd(), spec.max_entries).expect("mapping it");
-        assert_eq!(ring.consume(|_| panic!("empty ring gave a record")), 0);
+        assert_eq!(
+            ring.consume(u64::MAX, |_| panic!("empty ring gave a record"))
+                .unwrap(),
+            0
+        );
 
         let insns = program(map.as_raw_fd(), &[7, -3, 1 << 30]);
         let request = ProgLoad {
@@ -277,12 +331,18 @@ mod tests {
         sys::prog_test_run(prog.as_fd(), &run).expect("test run");
 
         let mut seen = Vec::new();
-        let count = ring.consume(|bytes| {
-            seen.push(i64::from_le_bytes(bytes.try_into().expect("8-byte record")))
-        });
+        let count = ring
+            .consume(u64::MAX, |bytes| {
+                seen.push(i64::from_le_bytes(bytes.try_into().expect("8-byte record")))
+            })
+            .unwrap();
         assert_eq!(count, 3);
         assert_eq!(seen, vec![7, -3, 1 << 30]);
-        assert_eq!(ring.consume(|_| panic!("records were consumed twice")), 0);
+        assert_eq!(
+            ring.consume(u64::MAX, |_| panic!("records were consumed twice"))
+                .unwrap(),
+            0
+        );
     }
 
     #[test]
@@ -290,10 +350,20 @@ mod tests {
         // A one-page ring: an 8-byte record first, then 24-byte ones, so
         // records are 16 + 32k bytes in: the one at 4080 has its header
         // at the end of the area and its payload split 8 + 16 across it.
-        let page = 4096;
-        let spec = ring_spec(page);
+        reads_every_record_whole(4096, WINDOW_STEP);
+    }
+
+    #[test]
+    fn the_window_moves_through_a_ring_larger_than_it() {
+        // A four-page ring read through a one-page step: the window moves
+        // at every 4 KiB boundary, and records cross those boundaries.
+        reads_every_record_whole(4 * 4096, 4096);
+    }
+
+    fn reads_every_record_whole(size: u32, step: u64) {
+        let spec = ring_spec(size);
         let map = sys::map_create(&spec).expect("creating a ring buffer (needs root)");
-        let mut ring = RingBuf::new(map.as_fd(), spec.max_entries).expect("mapping it");
+        let mut ring = RingBuf::with_step(map.as_fd(), spec.max_entries, step).expect("mapping it");
         let first = program(map.as_raw_fd(), &[-1]);
         let records: Vec<Vec<i32>> = (0..40).map(|i| vec![i, i + 1000, i + 2000]).collect();
         let batch = program_of_records(map.as_raw_fd(), &records);
@@ -310,19 +380,21 @@ mod tests {
         };
         let (first, batch) = (load(&first), load(&batch));
         run_once(first.as_fd());
-        assert_eq!(ring.consume(|_| {}), 1);
-        // 40 records of 32 bytes a run: 1,280 bytes, so the fourth run
-        // goes past the end of the 4,096-byte area.
-        for run in 0..10 {
+        assert_eq!(ring.consume(u64::MAX, |_| {}).unwrap(), 1);
+        // 40 records of 32 bytes a run: 1,280 bytes; enough runs to go
+        // around the data area more than twice.
+        let runs = 3 * size as usize / 1280 + 1;
+        for run in 0..runs {
             run_once(batch.as_fd());
             let mut seen = Vec::new();
-            ring.consume(|bytes| {
+            ring.consume(u64::MAX, |bytes| {
                 let words: Vec<i64> = bytes
                     .chunks(8)
                     .map(|w| i64::from_le_bytes(w.try_into().expect("8-byte words")))
                     .collect();
                 seen.push(words);
-            });
+            })
+            .unwrap();
             let wanted: Vec<Vec<i64>> = records
                 .iter()
                 .map(|r| r.iter().map(|v| i64::from(*v)).collect())

@@ -342,7 +342,8 @@ impl Ring {
         let mut records = Vec::new();
         self.0
             .borrow_mut()
-            .consume(|bytes| records.push(bytes.to_vec()));
+            .consume(u64::MAX, |bytes| records.push(bytes.to_vec()))
+            .expect("reading the ring buffer");
         records
     }
 }

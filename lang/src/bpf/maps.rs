@@ -59,10 +59,10 @@ pub const MAX_SCRATCH_BYTES: u32 = 32 * 1024;
 /// burst grows with the producers; at 1 MiB, a printf per getppid on one
 /// CPU outran the host and lost about 10 % of its events
 /// (bench/analysis.md). Handlers that only count send a record only on
-/// `exit()`, a warning or an error, and keep 1 MiB: the host maps the
-/// whole ring at once and the kernel makes every page of it resident, so
-/// every MiB here is a MiB of the host's RSS (and creating the 8 MiB ring
-/// takes about 2 ms of start-up; bench/analysis.md).
+/// `exit()`, a warning or an error, and keep 1 MiB: every MiB here is a
+/// MiB of kernel memory (the host maps only a window of it, the runtime's
+/// `ringbuf.rs`), and creating the 8 MiB ring takes about 2 ms of
+/// start-up (bench/analysis.md).
 pub fn events_bytes(cpus: u32, kernel_prints: bool) -> u32 {
     const PER_CPU: u64 = 4 << 20;
     if !kernel_prints {
