@@ -546,3 +546,50 @@ fn perf_probes_of_one_event_share_it_in_script_order() {
         done.stdout
     );
 }
+
+#[test]
+fn events_lost_to_a_full_ring_are_counted_and_reported() {
+    let _one = serial();
+    // Nobody reads stdout while this process makes its calls: the host
+    // blocks in write(2) once the pipe is full, the kernel's ring fills
+    // behind it (8 MiB, 32 bytes a record), and the rest is lost. Every
+    // call must then be either a printed line or counted in the warning.
+    let calls = 600_000;
+    let me = std::process::id().to_string();
+    let script = r#"probe kernel.trace("syscalls:sys_enter_getppid") { if (pid() == target()) printf("E %d\n", pid()) }"#;
+    let Run {
+        mut child,
+        lines,
+        stderr,
+        ..
+    } = spawn(&["-x", &me, "-e", script], false);
+    wait_line(&lines, READY_LINE, &stderr);
+    super::fleet::getppid_calls(calls);
+    let mut out = child.stdout.take().expect("piped stdout");
+    let reader = thread::spawn(move || {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        text
+    });
+    signal(&child, "-INT");
+    let status = exits_within(&mut child, Duration::from_secs(60));
+    let printed = reader.join().unwrap();
+    thread::sleep(Duration::from_millis(100));
+    let err = stderr.lock().unwrap().clone();
+    assert!(status.success(), "{status}\n{err}");
+    let delivered = printed.lines().filter(|l| *l == format!("E {me}")).count();
+    let lost: usize = err
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("WARNING: ")?
+                .strip_suffix(" events lost: the ring buffer was full")
+        })
+        .unwrap_or_else(|| panic!("no loss reported; {delivered} lines printed\n{err}"))
+        .parse()
+        .expect("a count of lost events");
+    assert!(
+        lost > 0 && delivered > 0,
+        "{delivered} printed, {lost} lost"
+    );
+    assert_eq!(delivered + lost, calls, "{err}");
+}
