@@ -987,3 +987,52 @@ fn listing_short_string_keys_on_the_stack() {
     let listing = bpf::listing(&object, &map);
     assert!(listing.contains("map[stap_scratch]"), "{listing}");
 }
+
+/// Speculative output in a kernel probe: `speculation()` as an atomic
+/// fetch-add on the control map's counter, `speculate` a record with the
+/// id and the text, `commit`/`discard` small records with the id.
+const KERNEL_SPECULATION: &str = "probe kernel.trace(\"sys_enter\") {\n  id = speculation()\n  speculate(id, execname())\n  if ($id) commit(id) else discard(id)\n}\n";
+
+#[test]
+fn listing_kernel_speculation_records() {
+    let (module, map) = lower(KERNEL_SPECULATION);
+    let object = bpf::compile_with_source(&module, &options(), &map)
+        .unwrap_or_else(|d| panic!("{}", render_plain(&map, &d)));
+    insta::assert_snapshot!(bpf::listing(&object, &map));
+}
+
+#[test]
+fn speculation_records_decode() {
+    let (module, _) = lower(KERNEL_SPECULATION);
+    let mut bytes = le32(&[
+        records::KIND_SPECULATION,
+        records::SPECULATE_ADD,
+        0,
+        16 + 8 + 8 + 8,
+        7,
+        0,
+        records::TAG_TEXT,
+        3,
+    ]);
+    bytes.extend(b"cat\0\0\0\0\0");
+    let record = records::decode(&bytes, &module, 64).unwrap();
+    assert_eq!(
+        record.body,
+        records::RecordBody::Speculation {
+            op: records::SPECULATE_ADD,
+            id: 7,
+            text: Some(b"cat"),
+        }
+    );
+    let mut bytes = le32(&[records::KIND_SPECULATION, records::SPECULATE_COMMIT, 0, 24]);
+    bytes.extend((-2i64).to_le_bytes());
+    let record = records::decode(&bytes, &module, 64).unwrap();
+    assert_eq!(
+        record.body,
+        records::RecordBody::Speculation {
+            op: records::SPECULATE_COMMIT,
+            id: -2,
+            text: None,
+        }
+    );
+}

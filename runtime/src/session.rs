@@ -1065,6 +1065,14 @@ impl Session<'_> {
                 self.runtime.aborted = true;
                 self.ending = true;
             }
+            RecordBody::Speculation { op, id, text } => match (op, text) {
+                (records::SPECULATE_ADD, Some(text)) => self.runtime.speculation.add(id, text),
+                (records::SPECULATE_COMMIT, _) => {
+                    let text = self.runtime.speculation.take(id);
+                    self.runtime.write_output(&text);
+                }
+                _ => self.runtime.speculation.discard(id),
+            },
             RecordBody::System(command) => {
                 self.runtime.commands.queue(command);
                 self.flush_output();
@@ -1380,6 +1388,8 @@ impl Control {
 
 fn write_control(fd: BorrowedFd<'_>, value_size: u32, run: bool, target: i32) -> io::Result<()> {
     let mut value = vec![0u8; value_size as usize];
+    // Slots the kernel writes (`speculation()`'s counter) keep their value.
+    sys::map_lookup(fd, &0u32.to_ne_bytes(), &mut value)?;
     let mut put = |slot: u32, v: u64| {
         let at = slot as usize * 8;
         if let Some(bytes) = value.get_mut(at..at + 8) {

@@ -340,3 +340,75 @@ fn system_runs_a_shell_command_after_the_probe_on_both_sides() {
     );
     assert_eq!(lines.len(), 4, "{:?}", done.stdout);
 }
+
+/// Speculative output in kernel probes: each `openat` of a file in a
+/// scratch dir speculates its lines under a new id for the thread, and
+/// the exit commits them for the `keep` files only. Exactly the committed
+/// lines appear, each where its `commit` ran among the ordinary output.
+/// A host probe speculates too, and its discarded text never appears.
+#[test]
+fn speculative_output_prints_only_what_is_committed() {
+    let _one = serial();
+    let dir = std::env::temp_dir().join(format!("stap-rs-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let files: Vec<String> = ["keep1", "drop1", "keep2", "drop2"]
+        .iter()
+        .map(|name| {
+            let path = dir.join(name);
+            std::fs::write(&path, b"").expect("scratch file");
+            path.to_str().expect("utf-8 path").to_string()
+        })
+        .collect();
+    let command = format!("cat {}", files.join(" "));
+    let done = Session::start(&[
+        "-c",
+        &command,
+        "-e",
+        r#"global spec, keep
+           probe begin { b = speculation(); speculate(b, "never\n"); discard(b)
+                         h = speculation(); speculate(h, "host "); speculate(h, "committed\n"); commit(h) }
+           probe kernel.trace("syscalls:sys_enter_openat") {
+             if (pid() == target()) {
+               // The loader's paths may sit in pages not read in yet.
+               name = user_string($filename, "")
+               if (isinstr(name, "/stap-rs-spec-")) {
+                 id = speculation()
+                 spec[tid()] = id
+                 keep[tid()] = isinstr(name, "keep")
+                 speculate(id, sprintf("open %s\n", substr(name, strlen(name) - 5, 5)))
+               }
+             }
+           }
+           probe kernel.trace("syscalls:sys_exit_openat") {
+             if (pid() == target() && tid() in spec) {
+               id = spec[tid()]
+               speculate(id, sprintf("ok %d\n", $ret >= 0))
+               printf("exit %d\n", keep[tid()])
+               if (keep[tid()]) commit(id) else discard(id)
+               delete spec[tid()]
+             }
+           }
+           probe end { println("end") }"#,
+    ])
+    .finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "host committed",
+            "exit 1",
+            "open keep1",
+            "ok 1",
+            "exit 0",
+            "exit 1",
+            "open keep2",
+            "ok 1",
+            "exit 0",
+            "end",
+        ],
+        "{}",
+        done.stdout
+    );
+}

@@ -22,6 +22,8 @@ pub const DW: u8 = 0x18;
 pub const IMM: u8 = 0x00;
 pub const MEM: u8 = 0x60;
 pub const ATOMIC: u8 = 0xc0;
+/// With an atomic operation: the old value goes to the source register.
+pub const FETCH: i32 = 0x01;
 
 /// Operand source: immediate or register.
 pub const K: u8 = 0x00;
@@ -243,6 +245,11 @@ impl Insn {
         Insn::new(STX | ATOMIC | DW, dst, src, off, ADD as i32)
     }
 
+    /// `src = atomic_fetch_add(*(u64 *)(dst + off), src)`: the old value.
+    pub fn atomic_fetch_add64(dst: u8, off: i16, src: u8) -> Insn {
+        Insn::new(STX | ATOMIC | DW, dst, src, off, ADD as i32 | FETCH)
+    }
+
     pub fn jump_imm(op: u8, dst: u8, imm: i32, off: i16) -> Insn {
         Insn::new(JMP | op | K, dst, 0, off, imm)
     }
@@ -384,6 +391,11 @@ pub fn disassemble(insns: &[u64], index: usize) -> String {
         }
         LDX => format!(
             "r{d} = *({} *)(r{s} {})",
+            size_name(insn.code),
+            signed_off(insn.off)
+        ),
+        STX if insn.code & 0xe0 == ATOMIC && insn.imm & FETCH != 0 => format!(
+            "r{s} = atomic_fetch_add(({} *)(r{d} {}), r{s})",
             size_name(insn.code),
             signed_off(insn.off)
         ),

@@ -5,7 +5,8 @@
 //!   [`CONTROL_RUN`] (handlers run only while it is 1) and
 //!   [`CONTROL_TIME_OFFSET`] (nanoseconds to add to `bpf_ktime_get_ns` to get
 //!   the wall clock, for `gettimeofday_*`) and [`CONTROL_TARGET`] (the pid
-//!   `target()` returns: `-x PID` or the `-c` command's) and [`CONTROL_STP_PID`]. The emitter reads it with a
+//!   `target()` returns: `-x PID` or the `-c` command's), [`CONTROL_STP_PID`]
+//!   and [`CONTROL_SPECULATION`] (`speculation()`'s counter). The emitter reads it with a
 //!   direct map-value load (`BPF_PSEUDO_MAP_VALUE`), so no helper call.
 //! - **Counters** (`PERCPU_ARRAY`, one entry, key `0u32`): [`COUNTER_SLOTS`]
 //!   `u64` slots per CPU, indexed by the `COUNTER_*` constants. The host sums
@@ -33,7 +34,10 @@ pub const CONTROL_TIME_OFFSET: u32 = 1;
 pub const CONTROL_TARGET: u32 = 2;
 /// The pid of the stap-rs process, for `stp_pid()`.
 pub const CONTROL_STP_PID: u32 = 3;
-pub const CONTROL_SLOTS: u32 = 4;
+/// The last id `speculation()` gave out in a kernel probe (an atomic
+/// fetch-add; the host leaves it alone when it writes the other slots).
+pub const CONTROL_SPECULATION: u32 = 4;
+pub const CONTROL_SLOTS: u32 = 5;
 
 /// Counter slots (each a `u64`, per CPU).
 /// The current nesting depth on this CPU (not a count: a level index).

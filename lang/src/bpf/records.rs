@@ -37,6 +37,10 @@
 //!   the record.
 //! - [`KIND_SYSTEM`]: `system(cmd)`: the command as a text argument
 //!   (`u32 tag, u32 len`, text), for the host to run.
+//! - [`KIND_SPECULATION`] (`id` = [`SPECULATE_ADD`], [`SPECULATE_COMMIT`]
+//!   or [`SPECULATE_DISCARD`]): the speculation id (`i64`), then for
+//!   `speculate(id, text)` the text as a text argument. The host keeps the
+//!   buffers, so a commit prints in order with the rest of the output.
 //! - [`KIND_END`]: no payload; the handler run that sent [`FLAG_MORE`]
 //!   records on this stream is over (see below).
 //!
@@ -72,6 +76,15 @@ pub const KIND_ABORT: u32 = 5;
 pub const KIND_END: u32 = 6;
 /// `system(cmd)`: the host runs the command.
 pub const KIND_SYSTEM: u32 = 7;
+/// Speculative output (`id` = a `SPECULATE_*` operation).
+pub const KIND_SPECULATION: u32 = 8;
+
+/// `speculate(id, text)`: payload `i64 id`, then the text argument.
+pub const SPECULATE_ADD: u32 = 0;
+/// `commit(id)`: payload `i64 id`.
+pub const SPECULATE_COMMIT: u32 = 1;
+/// `discard(id)`: payload `i64 id`.
+pub const SPECULATE_DISCARD: u32 = 2;
 
 /// The kind word: kind, framing flag, stream (see the module comment).
 pub const KIND_MASK: u32 = 0xff;
@@ -197,6 +210,12 @@ pub enum RecordBody<'a> {
     Abort,
     /// `system(cmd)`: a shell command for the host to run.
     System(&'a [u8]),
+    /// `speculate(id, text)` (`text` is `Some`), `commit(id)`, `discard(id)`.
+    Speculation {
+        op: u32,
+        id: i64,
+        text: Option<&'a [u8]>,
+    },
     Error {
         kind: ErrorKind<'a>,
         span: Span,
@@ -508,6 +527,22 @@ pub fn decode_with<'a>(
             let _tag = reader.u32()?;
             let len = reader.u32()?;
             RecordBody::System(reader.text(len, max_string_len)?)
+        }
+        KIND_SPECULATION => {
+            let spec = reader.u64()? as i64;
+            let text = match id {
+                SPECULATE_ADD => {
+                    let _tag = reader.u32()?;
+                    let len = reader.u32()?;
+                    Some(reader.text(len, max_string_len)?)
+                }
+                _ => None,
+            };
+            RecordBody::Speculation {
+                op: id,
+                id: spec,
+                text,
+            }
         }
         KIND_ERROR => {
             let file = reader.u32()?;

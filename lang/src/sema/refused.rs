@@ -51,9 +51,6 @@ pub fn reason(name: &str) -> Option<&'static str> {
         "module_size" => {
             "reports the section sizes of stap's kernel module; stap-rs loads BPF programs, not a module"
         }
-        "speculation" | "speculate" | "commit" | "discard" => {
-            "belongs to stap's speculative output (speculative.stp), which stap-rs does not implement"
-        }
         "user_buffer_quoted"
         | "user_buffer_quoted_error"
         | "kernel_buffer_quoted"
@@ -79,7 +76,6 @@ mod tests {
             "panic",
             "udelay",
             "printk",
-            "speculate",
             "kernel_buffer_quoted",
         ] {
             assert!(reason(name).is_some(), "{name}");

@@ -49,6 +49,10 @@ pub const TABLE: &[&str] = &[
     "error",
     "warn",
     "system",
+    "speculation",
+    "speculate",
+    "commit",
+    "discard",
     "log",
     "print",
     "println",
@@ -511,6 +515,20 @@ pub fn call(rt: &mut HostRuntime, id: usize, args: &[Value]) -> Result<Value, Ru
         }
         "warn" => {
             warn(&mut rt.output, bytes(args, 0));
+            l(0)
+        }
+        "speculation" => l(rt.speculation.next_host_id()),
+        "speculate" => {
+            rt.speculation.add(long(args, 0), bytes(args, 1));
+            l(0)
+        }
+        "commit" => {
+            let text = rt.speculation.take(long(args, 0));
+            rt.write_output(&text);
+            l(0)
+        }
+        "discard" => {
+            rt.speculation.discard(long(args, 0));
             l(0)
         }
         "system" => {

@@ -15,6 +15,7 @@ pub mod output;
 pub mod procfs;
 pub mod regexp;
 pub mod rtlib;
+pub mod speculative;
 pub mod stats;
 pub mod symbols;
 pub mod system;
@@ -100,6 +101,8 @@ pub struct HostRuntime {
     pub procfs: procfs::ProcfsValue,
     /// `system(cmd)`: commands to start once the probe is done.
     pub commands: system::Commands,
+    /// Speculative output held until `commit`/`discard`.
+    pub speculation: speculative::Speculation,
 }
 
 impl HostRuntime {
@@ -166,6 +169,7 @@ impl HostRuntime {
             kmem: kmem::KernelMemory::default(),
             procfs: procfs::ProcfsValue::default(),
             commands: system::Commands::default(),
+            speculation: speculative::Speculation::new(module.limits.max_map_entries),
         }
     }
 

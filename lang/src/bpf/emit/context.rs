@@ -507,6 +507,33 @@ impl Emitter<'_> {
                     self.system_record(command);
                 }
             }
+            "speculation" => {
+                // One counter for every CPU: the old value of an atomic add.
+                self.ld_map_value(
+                    R1,
+                    self.maps.control,
+                    (maps::CONTROL_SPECULATION * 8) as i32,
+                );
+                self.push(Insn::mov_imm(R0, 1));
+                self.push(Insn::atomic_fetch_add64(R1, 0, R0));
+                self.push(Insn::alu64_imm(insn::ADD, R0, 1));
+                long_result(self);
+            }
+            "speculate" => {
+                if let [id, text] = args {
+                    self.speculate_record(*id, *text);
+                }
+            }
+            "commit" | "discard" => {
+                if let Some(id) = args.first().copied() {
+                    let op = if name == "commit" {
+                        records::SPECULATE_COMMIT
+                    } else {
+                        records::SPECULATE_DISCARD
+                    };
+                    self.speculation_end_record(op, id);
+                }
+            }
             "abort" => {
                 self.abort_record();
                 // Always taken, as for `error` below.

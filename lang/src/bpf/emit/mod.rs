@@ -1016,7 +1016,7 @@ impl Emitter<'_> {
                         record = record.max(size + stride);
                     }
                     Op::Builtin { name, .. }
-                        if name == "error" || name == "warn" || name == "system" =>
+                        if matches!(name.as_str(), "error" | "warn" | "system" | "speculate") =>
                     {
                         record = record.max(HEADER_BYTES + 16 + 8 + pmax + stride)
                     }

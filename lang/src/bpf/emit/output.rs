@@ -246,6 +246,32 @@ impl Emitter<'_> {
         self.send_record(offset);
     }
 
+    /// `speculate(id, text)`: the text goes up to the host's buffer for `id`.
+    pub(super) fn speculate_record(&mut self, id: Reg, text: Reg) {
+        self.flush_held();
+        self.scratch_addr(R1, self.scratch.record);
+        let header = [
+            records::KIND_SPECULATION,
+            records::SPECULATE_ADD,
+            self.probe,
+            0,
+        ];
+        for (i, word) in header.iter().enumerate() {
+            self.push(Insn::store_imm(W, R1, 4 * i as i16, *word as i32));
+        }
+        let id = self.operand(id, R2);
+        self.push(Insn::store(DW, R1, HEADER_BYTES as i16, id));
+        let offset = self.text_arg(RecordOffset::Fixed(HEADER_BYTES + 8), text);
+        self.send_record(offset);
+    }
+
+    /// `commit(id)` or `discard(id)`: the host prints or drops the buffer.
+    pub(super) fn speculation_end_record(&mut self, op: u32, id: Reg) {
+        let id = self.operand(id, R1);
+        self.push(Insn::store(DW, FP, FRAME_SMALL + HEADER_BYTES as i16, id));
+        self.send_small_record(records::KIND_SPECULATION, op, HEADER_BYTES + 8);
+    }
+
     /// r1 = where the next record argument goes (r5 is clobbered); returns
     /// the constant displacement to add.
     pub(super) fn record_cursor(&mut self, offset: RecordOffset) -> i16 {
