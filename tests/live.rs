@@ -86,6 +86,9 @@ mod concurrency;
 #[path = "live/families.rs"]
 mod families;
 
+#[path = "live/lsm.rs"]
+mod lsm;
+
 #[path = "live/tapset_functions.rs"]
 mod tapset_functions;
 

@@ -6,6 +6,10 @@
 
 use std::fmt;
 
+/// The prefix of the kernel's BPF LSM stubs: a `kernel.lsm("HOOK")`
+/// program attaches to `bpf_lsm_HOOK`, whose BTF prototype is the hook's.
+pub const LSM_STUB_PREFIX: &str = "bpf_lsm_";
+
 /// An opaque handle for a kernel type. Only meaningful to the provider that
 /// returned it (BTF type ids for the BTF provider; a provider may also mint
 /// ids for types it synthesizes, such as `char *` for a tracefs field).

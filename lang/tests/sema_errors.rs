@@ -43,13 +43,14 @@ fn refused_tapset_functions_say_why() {
     ));
 }
 
-/// LSM probes are refused at their line; a hook the kernel lacks is
-/// named as such first. `lsm.HOOK` means the same as `kernel.lsm("HOOK")`.
+/// LSM probes: setting the verdict without -g, a hook the kernel lacks
+/// and a missing hook name are errors at their line; `lsm.HOOK` with no
+/// alias of that name is `kernel.lsm("HOOK")` and resolves.
 #[test]
-fn lsm_probes_are_refused_at_the_probe_line() {
+fn lsm_probe_errors_name_the_line() {
     insta::assert_snapshot!(errors(
         "probe kernel.lsm(\"socket_bind\") { $return = -1 }\n\
-         probe lsm.socket_bind { }\n\
+         probe lsm.socket_bind { $return += 1; println($addrlen) }\n\
          probe kernel.lsm(\"no_such_hook\") { }\n\
          probe kernel.lsm { }"
     ));

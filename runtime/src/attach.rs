@@ -505,6 +505,7 @@ pub fn attach_one(kind: &AttachKind, prog: BorrowedFd) -> Result<Vec<OwnedFd>, S
             cookies,
         } => kprobe_set(prog, functions, cookies, *is_return, *multi).map(|(fds, _)| fds),
         AttachKind::Fentry { function, .. } => fentry(prog, function).map(|fd| vec![fd]),
+        AttachKind::Lsm { hook } => lsm(prog, hook).map(|fd| vec![fd]),
         AttachKind::Uprobe {
             path,
             function,
@@ -883,6 +884,24 @@ fn fentry(prog: BorrowedFd, function: &str) -> Result<OwnedFd, String> {
             os_error(&e)
         ),
         _ => format!("attaching to {function}: {}", os_error(&e)),
+    })
+}
+
+/// A BPF LSM program goes on its hook's trampoline as fentry does; the
+/// kernel refuses it where `bpf` is not an active LSM or trampolines are
+/// forbidden.
+fn lsm(prog: BorrowedFd, hook: &str) -> Result<OwnedFd, String> {
+    sys::raw_tracepoint_open(prog, None).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) => format!(
+            "the kernel refused the BPF LSM program on hook {hook} ({}): it attaches \
+             through a BPF trampoline, which lockdown or a kernel policy forbids here",
+            os_error(&e)
+        ),
+        _ => format!(
+            "attaching the BPF LSM program to hook {hook}: {} (`bpf` must be in the \
+             active LSM list, /sys/kernel/security/lsm)",
+            os_error(&e)
+        ),
     })
 }
 

@@ -11,11 +11,13 @@ pub const BPF_PROG_TYPE_TRACEPOINT: u32 = 5;
 pub const BPF_PROG_TYPE_PERF_EVENT: u32 = 7;
 pub const BPF_PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 pub const BPF_PROG_TYPE_TRACING: u32 = 26;
+pub const BPF_PROG_TYPE_LSM: u32 = 29;
 pub const BPF_PROG_TYPE_NETFILTER: u32 = 32;
 
 pub const BPF_TRACE_RAW_TP: u32 = 23;
 pub const BPF_TRACE_FENTRY: u32 = 24;
 pub const BPF_TRACE_FEXIT: u32 = 25;
+pub const BPF_LSM_MAC: u32 = 27;
 pub const BPF_TRACE_KPROBE_MULTI: u32 = 42;
 pub const BPF_NETFILTER: u32 = 45;
 
@@ -34,6 +36,7 @@ impl AttachKind {
             | AttachKind::Marker { .. }
             | AttachKind::Plt { .. } => BPF_PROG_TYPE_KPROBE,
             AttachKind::Fentry { .. } => BPF_PROG_TYPE_TRACING,
+            AttachKind::Lsm { .. } => BPF_PROG_TYPE_LSM,
             AttachKind::PerfEvent { .. } => BPF_PROG_TYPE_PERF_EVENT,
             AttachKind::Netfilter { .. } => BPF_PROG_TYPE_NETFILTER,
         }
@@ -51,6 +54,7 @@ impl AttachKind {
                 }
             }
             AttachKind::Netfilter { .. } => BPF_NETFILTER,
+            AttachKind::Lsm { .. } => BPF_LSM_MAC,
             AttachKind::Kprobes { multi: true, .. } => BPF_TRACE_KPROBE_MULTI,
             AttachKind::Kprobes { multi: false, .. }
             | AttachKind::RawTracepoint { .. }
@@ -109,6 +113,7 @@ impl AttachKind {
                 ),
                 None => format!("kernel.function(\"{function}\"){}", ret(*is_return)),
             },
+            AttachKind::Lsm { hook } => format!("kernel.lsm(\"{hook}\")"),
             AttachKind::PerfEvent {
                 perf_type,
                 config,

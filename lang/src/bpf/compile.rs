@@ -974,6 +974,12 @@ fn attach_kind(
                 is_return: *is_return,
                 module: module.clone(),
             },
+            FunctionMechanism::Lsm => AttachKind::Lsm {
+                hook: name
+                    .strip_prefix(crate::kernel::LSM_STUB_PREFIX)
+                    .unwrap_or(name)
+                    .to_string(),
+            },
             // A function known by its clones is probed on each of them.
             FunctionMechanism::Kprobe => match clones.as_slice() {
                 [] => AttachKind::Kprobe {

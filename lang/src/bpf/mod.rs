@@ -166,6 +166,11 @@ pub enum AttachKind {
         is_return: bool,
         module: Option<String>,
     },
+    /// `BPF_PROG_TYPE_LSM` with `expected_attach_type` `BPF_LSM_MAC`,
+    /// loaded against the BTF of `bpf_lsm_HOOK` and attached with
+    /// `BPF_RAW_TRACEPOINT_OPEN` (a trampoline, as fentry); its return
+    /// value is the hook's verdict.
+    Lsm { hook: String },
     /// `BPF_PROG_TYPE_PERF_EVENT`.
     PerfEvent {
         perf_type: u32,

@@ -100,6 +100,12 @@ pub const RANDOM_U32: &str = "__random_u32";
 pub const PROCFS_VALUE: &str = "__procfs_value";
 pub const PROCFS_SET: &str = "__procfs_set";
 pub const PROCFS_APPEND: &str = "__procfs_append";
+/// What `$ctx` in an LSM probe lowers to (the address of the hook's
+/// argument array).
+pub const LSM_CTX: &str = "__lsm_ctx";
+/// What setting a kernel program's verdict under -g lowers to: `$return = e`
+/// in an LSM probe, `$verdict = e` in a netfilter probe.
+pub const SET_VERDICT: &str = "__set_verdict";
 
 /// Every built-in, grouped as in the tapset reference.
 pub fn all() -> &'static [Builtin] {
@@ -352,6 +358,8 @@ const BUILTINS: &[Builtin] = &[
     internal(host_only(PROCFS_VALUE, &[], STRING, "Internal: `$value` in a procfs probe")),
     internal(host_only(PROCFS_SET, &[S], VOID, "Internal: `$value = s` in a procfs probe")),
     internal(host_only(PROCFS_APPEND, &[S], VOID, "Internal: `$value .= s` in a procfs probe")),
+    internal(kernel_only(LSM_CTX, &[], LONG, "Internal: `$ctx` in an LSM probe, the address of the hook's arguments")),
+    internal(kernel_only(SET_VERDICT, &[L], VOID, "Internal: `$return = e` in an LSM probe, `$verdict = e` in a netfilter probe (-g)")),
     both("enum_name", &[S, L], STRING, "stap-rs: name of a value of a kernel enum, e.g. enum_name(\"skb_drop_reason\", $reason)"),
     // Control.
     both("exit", &[], VOID, "End the session after the current probe: end probes run"),

@@ -339,6 +339,10 @@ impl ProbeKind {
             ProbeKind::Never => "never",
             ProbeKind::HostTimer { .. } => "timer",
             ProbeKind::Tracepoint { .. } => "kernel.trace",
+            ProbeKind::KernelFunction {
+                mechanism: FunctionMechanism::Lsm,
+                ..
+            } => "kernel.lsm",
             ProbeKind::KernelFunction { .. } => "kernel.function",
             ProbeKind::Perf { .. } => "perf",
             ProbeKind::TimerProfile => "timer.profile",
@@ -384,6 +388,7 @@ impl ProbeKind {
                     (FunctionMechanism::Fentry, true) => "fexit",
                     (FunctionMechanism::Kprobe, false) => "kprobe",
                     (FunctionMechanism::Kprobe, true) => "kretprobe",
+                    (FunctionMechanism::Lsm, _) => "BPF LSM program (trampoline)",
                 };
                 if clones.is_empty() {
                     how.to_string()
@@ -463,6 +468,10 @@ pub enum FunctionMechanism {
     Fentry,
     /// kprobe / kretprobe.
     Kprobe,
+    /// A BPF LSM program (`kernel.lsm("HOOK")`) on the kernel's
+    /// `bpf_lsm_HOOK` stub, through a BPF trampoline; its return value is
+    /// the hook's verdict.
+    Lsm,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -818,6 +818,12 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 name: builtins::PROCFS_VALUE.to_string(),
                 args: Vec::new(),
             },
+            A::Context(ast::ContextVar::Named(name)) if name == "ctx" && self.in_lsm_probe() => {
+                ExprKind::Builtin {
+                    name: builtins::LSM_CTX.to_string(),
+                    args: Vec::new(),
+                }
+            }
             A::Context(_)
             | A::Member { .. }
             | A::Cast { .. }
@@ -888,6 +894,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             },
             A::Assign { op, target, value } if self.is_procfs_value(target) => {
                 return self.assign_procfs_value(*op, value, span);
+            }
+            A::Assign { op, target, value } if self.is_verdict(target) => {
+                return self.assign_verdict(*op, value, span);
             }
             A::Assign { op, target, value } => {
                 // Compound assignments also read the target.
@@ -1007,6 +1016,57 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
     fn is_procfs_value(&self, e: &ast::Expr) -> bool {
         matches!(&e.kind, ast::ExprKind::Context(ast::ContextVar::Named(name)) if name == "value")
             && self.ctx.as_ref().is_some_and(|c| c.family == "procfs")
+    }
+
+    /// An LSM probe (`kernel.lsm("HOOK")`), where stap gives `$ctx` and a
+    /// writable `$return` besides the hook's parameters.
+    fn in_lsm_probe(&self) -> bool {
+        self.ctx.as_ref().is_some_and(|c| c.family == "kernel.lsm")
+    }
+
+    /// The variable that holds a kernel program's verdict, where the
+    /// probe's program decides what the kernel does: `$return` in an LSM
+    /// probe (0 allows, a negative errno denies), `$verdict` in a
+    /// netfilter probe (stap's NF_DROP 0, NF_ACCEPT 1).
+    fn is_verdict(&self, e: &ast::Expr) -> bool {
+        use ast::ContextVar as C;
+        let family = self.ctx.as_ref().map(|c| c.family);
+        match &e.kind {
+            ast::ExprKind::Context(C::Return) => family == Some("kernel.lsm"),
+            ast::ExprKind::Context(C::Named(name)) => {
+                name == "verdict" && family == Some("netfilter")
+            }
+            _ => false,
+        }
+    }
+
+    /// Setting the verdict: it changes what the kernel does, so, as in
+    /// stap, it needs guru mode.
+    fn assign_verdict(&mut self, op: ast::AssignOp, value: &ast::Expr, span: Span) -> Expr {
+        if op != ast::AssignOp::Set {
+            self.error(
+                Diagnostic::error(format!("`{}` on a probe's verdict", op.symbol()))
+                    .at(span, "the verdict is only set, not read")
+                    .note("help: assign it with `=`"),
+            );
+            return invalid(span);
+        }
+        if !self.elab.guru {
+            self.error(
+                Diagnostic::error("setting the probe's verdict requires guru mode (-g)")
+                    .at(span, "needs guru mode")
+                    .note("the verdict decides what the kernel does (deny, drop); stap allows setting it only with -g"),
+            );
+            return invalid(span);
+        }
+        let value = self.expr(value);
+        expr(
+            ExprKind::Builtin {
+                name: builtins::SET_VERDICT.to_string(),
+                args: vec![value],
+            },
+            span,
+        )
     }
 
     /// `$value = e` and `$value .= e` become calls of the host's procfs

@@ -426,7 +426,8 @@ fn needs(probes: &[Probe]) -> MechanismNeeds {
                 ..
             } => needs.classic_tracepoints = true,
             ProbeKind::KernelFunction { mechanism, .. } => match mechanism {
-                FunctionMechanism::Fentry => needs.fentry = true,
+                // An LSM program attaches through a trampoline, as fentry.
+                FunctionMechanism::Fentry | FunctionMechanism::Lsm => needs.fentry = true,
                 FunctionMechanism::Kprobe => needs.kprobes = true,
             },
             ProbeKind::Process { .. } => needs.uprobes = true,

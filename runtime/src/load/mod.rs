@@ -268,7 +268,7 @@ impl<'a> SameLoad<'a> {
     fn of(program: &'a Program) -> Option<SameLoad<'a>> {
         let bound_at_load = matches!(
             program.attach,
-            AttachKind::Fentry { .. } | AttachKind::TpBtf { .. }
+            AttachKind::Fentry { .. } | AttachKind::TpBtf { .. } | AttachKind::Lsm { .. }
         );
         if bound_at_load || program.needs_btf() {
             return None;
@@ -437,6 +437,14 @@ fn load_program(index: usize, program: &Program, shared: &Shared) -> Result<Owne
                 .tracepoint(name)
                 .map_err(kernel_error)?,
         ),
+        AttachKind::Lsm { hook } => Some(
+            lock(&shared.targets)
+                .find(
+                    &format!("{}{hook}", stap_lang::kernel::LSM_STUB_PREFIX),
+                    None,
+                )
+                .map_err(kernel_error)?,
+        ),
         _ => None,
     };
     let request = ProgLoad {
@@ -537,10 +545,16 @@ fn rejection(index: usize, program: &Program, log: String, error: io::Error) -> 
                 "BPF_PROG_LOAD of {} failed ({}){}",
                 program.name,
                 sys::errno_name(&error),
-                if error.raw_os_error() == Some(libc::EPERM) {
-                    " with no verifier log: lockdown or a kernel policy forbids this program type"
-                } else {
-                    ""
+                match (error.raw_os_error(), &program.attach) {
+                    (Some(libc::EPERM), AttachKind::Lsm { .. }) => {
+                        " with no verifier log: lockdown or a kernel policy forbids BPF LSM \
+                         programs here (they need BPF trampolines, as fentry does, and `bpf` \
+                         in the active LSM list, /sys/kernel/security/lsm)"
+                    }
+                    (Some(libc::EPERM), _) => {
+                        " with no verifier log: lockdown or a kernel policy forbids this program type"
+                    }
+                    _ => "",
                 }
             ),
             error,

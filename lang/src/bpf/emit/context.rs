@@ -497,6 +497,16 @@ impl Emitter<'_> {
                     self.caller_addr(dst);
                 }
             }
+            "__lsm_ctx" => {
+                if let Some(dst) = dst {
+                    self.lsm_ctx(dst);
+                }
+            }
+            super::SET_VERDICT => {
+                if let Some(value) = args.first().copied() {
+                    self.set_verdict(value);
+                }
+            }
             "warn" => {
                 if let Some(message) = args.first().copied() {
                     self.message_record(records::ERROR_WARNING, message);

@@ -49,6 +49,8 @@ use crate::source::Span;
 
 /// Saved context pointer.
 const FRAME_CTX: i16 = -8;
+/// The IR builtin that sets a program's verdict (`sema::builtins::SET_VERDICT`).
+const SET_VERDICT: &str = "__set_verdict";
 /// This level's scratch region (a map value pointer).
 const FRAME_SCRATCH: i16 = -16;
 /// The per-CPU counters value (a map value pointer).
@@ -365,7 +367,17 @@ fn emit_handler<'a>(
         used_catches: HashSet::new(),
         error_tails: Vec::new(),
         fused: fused_compares(function),
+        verdict: None,
     };
+    let sets_verdict = (function.blocks.iter()).any(|block| {
+        (block.insts.iter())
+            .any(|inst| matches!(&inst.op, Op::Builtin { name, .. } if name == SET_VERDICT))
+    });
+    if sets_verdict {
+        // One more spill slot, past the allocator's own.
+        emitter.verdict = Some(Emitter::spill_offset(emitter.alloc.spill_slots));
+        emitter.alloc.spill_slots += 1;
+    }
     emitter.plan_regions();
     emitter.stack_strings = emitter.plan_stack_strings();
     emitter.scratch = emitter.plan_scratch();
@@ -470,7 +482,7 @@ fn context_style(kind: &ProbeKind, attach: &AttachKind, tp_btf: bool) -> Context
         },
         ProbeKind::Tracepoint { .. } => ContextStyle::Record,
         ProbeKind::KernelFunction {
-            mechanism: FunctionMechanism::Fentry,
+            mechanism: FunctionMechanism::Fentry | FunctionMechanism::Lsm,
             is_return,
             proto,
             ..
@@ -489,9 +501,9 @@ fn context_style(kind: &ProbeKind, attach: &AttachKind, tp_btf: bool) -> Context
     }
 }
 
-/// What every path of the handler returns: tracing programs' value is
-/// ignored (0); a netfilter program's is the packet's verdict, and stap-rs
-/// only observes, so `NF_ACCEPT`.
+/// What every path of the handler returns unless the body sets a verdict
+/// (under -g): tracing programs' value is ignored (0), an LSM program's 0
+/// allows, and a netfilter program's is the packet's verdict, `NF_ACCEPT`.
 fn return_value(kind: &ProbeKind) -> i32 {
     const NF_ACCEPT: i32 = 1;
     match kind {
@@ -607,6 +619,10 @@ struct Emitter<'a> {
     /// Per block: its branch tests the comparison that ends it, whose
     /// result nothing else reads ([`fused_compares`]).
     fused: Vec<bool>,
+    /// Programs whose body sets their verdict (LSM `$return`, netfilter
+    /// `$verdict`, under -g): the frame slot holding it, returned on every
+    /// way out.
+    verdict: Option<i16>,
 }
 
 impl Emitter<'_> {
@@ -1130,14 +1146,68 @@ impl Emitter<'_> {
         }
         self.bind(bail);
         self.tail_call_next_handler();
-        let kind = &self.module.probes[self.probe as usize].kind;
-        self.push(Insn::mov_imm(R0, return_value(kind)));
+        match self.verdict {
+            Some(verdict) => self.return_verdict(verdict),
+            None => {
+                let kind = &self.module.probes[self.probe as usize].kind;
+                self.push(Insn::mov_imm(R0, return_value(kind)));
+            }
+        }
         self.push(Insn::exit());
         self.emit_error_tails();
         self.emit_callbacks(&block_labels);
         self.emit_clear_callback();
         self.emit_flush_sub();
         self.emit_byte_loops();
+    }
+
+    /// The verdict into r0, within what the verifier accepts:
+    /// - LSM (since 6.9 the hook's range, `-MAX_ERRNO..=0` for the int
+    ///   hooks): a positive value allows, one below -4095 is -4095;
+    /// - netfilter (NF_DROP 0 or NF_ACCEPT 1 only): 0 drops, anything
+    ///   else accepts (stap's NF_STOLEN, NF_QUEUE, ... have no BPF form).
+    fn return_verdict(&mut self, verdict: i16) {
+        const MAX_ERRNO: i32 = 4095;
+        self.push(Insn::load(DW, R0, FP, verdict));
+        match self.module.probes[self.probe as usize].kind {
+            ProbeKind::Netfilter { .. } => {
+                self.push(Insn::jump_imm(insn::JEQ, R0, 0, 1));
+                self.push(Insn::mov_imm(R0, 1));
+            }
+            _ => {
+                self.push(Insn::jump_imm(insn::JSLE, R0, 0, 1));
+                self.push(Insn::mov_imm(R0, 0));
+                self.push(Insn::jump_imm(insn::JSGE, R0, -MAX_ERRNO, 1));
+                self.push(Insn::mov_imm(R0, -MAX_ERRNO));
+            }
+        }
+    }
+
+    /// `$return = e` in an LSM probe, `$verdict = e` in a netfilter probe.
+    pub(super) fn set_verdict(&mut self, value: Reg) {
+        let Some(verdict) = self.verdict else {
+            return;
+        };
+        if self.in_callback {
+            self.unsupported("setting a probe's verdict inside a foreach over a kernel array");
+            return;
+        }
+        let v = self.operand(value, R1);
+        self.push(Insn::store(DW, FP, verdict, v));
+    }
+
+    /// `$ctx` in an LSM probe: the address of the argument array. The
+    /// context pointer is copied through memory so that the script gets a
+    /// number (the verifier refuses arithmetic on a context pointer it
+    /// would then dereference).
+    pub(super) fn lsm_ctx(&mut self, dst: Reg) {
+        self.push(Insn::mov_reg(R3, FP));
+        self.push(Insn::alu64_imm(insn::ADD, R3, FRAME_CTX as i32));
+        self.frame_ptr(R1, FRAME_TMP);
+        self.push(Insn::mov_imm(R2, 8));
+        self.call(helper::PROBE_READ_KERNEL);
+        self.push(Insn::load(DW, R0, FP, FRAME_TMP));
+        self.set_result(dst, R0);
     }
 
     /// On every way out of a handler that shares its perf event with later
@@ -1236,6 +1306,12 @@ impl Emitter<'_> {
     fn prologue(&mut self, bail: Label) {
         self.note_span(self.function.span);
         self.push(Insn::store(DW, FP, FRAME_CTX, R1));
+        if let Some(verdict) = self.verdict {
+            // What the program returns unless the body says otherwise
+            // (also when it does not run).
+            let kind = &self.module.probes[self.probe as usize].kind;
+            self.push(Insn::store_imm(DW, FP, verdict, return_value(kind)));
+        }
         if let ContextStyle::Syscall { .. } = self.context {
             self.syscall_filter(bail);
         }

@@ -547,7 +547,7 @@ fn needs_dwarf_because(point: &str, error: FactsError, span: Span) -> Diagnostic
 /// runtime's kernel facts).
 const KERNEL_DWARF_ENV: &str = "STAP_RS_KERNEL_DWARF";
 
-fn function_context(
+pub(super) fn function_context(
     proto: &FunctionProto,
     is_return: bool,
     mechanism: FunctionMechanism,
