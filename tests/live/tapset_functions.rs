@@ -551,3 +551,35 @@ fn stack_depths_and_callers_match_the_backtraces() {
     assert_eq!(lines[7], user[0]);
     assert_eq!(lines[8], lines[5]);
 }
+
+/// stap's register-argument names, registers_valid() and pstrace() in a
+/// uprobe and a tracepoint: f(42, "hello-uprobe") of the uprobe target,
+/// whose parent chain starts with the target itself.
+#[test]
+fn register_names_registers_valid_and_pstrace() {
+    let _one = serial();
+    let target = build("uprobe_target");
+    let path = target.display().to_string();
+    let script = format!(
+        r#"probe begin {{ printf("begin %d\n", registers_valid()) }}
+           probe process("{path}").function("f") {{
+             printf("uprobe %d %d %d %d %d %d %d %d\n", registers_valid(), s32_arg(1), u32_arg(1),
+                    s64_arg(1), u64_arg(1), longlong_arg(1), ulonglong_arg(1), $n)
+             printf("%s|%s(%d)\n", pstrace(task_current()), execname(), pid())
+           }}
+           probe kernel.trace("sched:sched_process_exit") {{
+             if (pid() != target()) next
+             printf("tracepoint %d\n", registers_valid())
+             exit()
+           }}"#
+    );
+    let done = Session::start(&["-c", &path, "-e", &script]).finish();
+    assert_success(&done);
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}\n{}", done.stdout, done.stderr);
+    assert_eq!(lines[0], "begin 0");
+    assert_eq!(lines[1], "uprobe 1 42 42 42 42 42 42 42");
+    let (chain, own) = lines[2].split_once('|').expect("two parts");
+    assert!(chain.starts_with(&format!(" {own}")), "{}", lines[2]);
+    assert_eq!(lines[3], "tracepoint 0");
+}

@@ -91,6 +91,18 @@ pub const REGISTER_ARGS: &[&str] = &[
     "pointer_arg",
 ];
 
+/// stap's fixed-width names of the register arguments (`s32_arg(N)` is
+/// `int_arg(N)`, ...): the built-in each stands for.
+pub fn register_arg_alias(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "s32_arg" => "int_arg",
+        "u32_arg" => "uint_arg",
+        "s64_arg" | "longlong_arg" => "long_arg",
+        "u64_arg" | "ulonglong_arg" => "ulong_arg",
+        _ => return None,
+    })
+}
+
 /// The built-in `s =~ re` lowers to: 1 on a match, else 0.
 pub const REGEX_MATCH: &str = "regex_match";
 /// The random bits `randint(n)` lowers to (`ir::lower::builtin`).
@@ -433,6 +445,14 @@ mod tests {
             assert!(b.host || b.kernel, "{} runs nowhere", b.name);
             assert!(!b.doc.is_empty(), "{} has no doc", b.name);
         }
+    }
+
+    #[test]
+    fn stap_register_arg_names_stand_for_the_builtins() {
+        assert_eq!(register_arg_alias("s32_arg"), Some("int_arg"));
+        assert_eq!(register_arg_alias("ulonglong_arg"), Some("ulong_arg"));
+        assert_eq!(register_arg_alias("int_arg"), None);
+        assert!(callable(RANDOM_U32).is_none() && lookup(RANDOM_U32).is_some());
     }
 
     #[test]

@@ -1132,7 +1132,9 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
                 span,
             );
         }
-        if let Some(builtin) = builtins::callable(&name.node) {
+        // stap's other names of the register arguments.
+        let builtin_name = builtins::register_arg_alias(&name.node).unwrap_or(&name.node);
+        if let Some(builtin) = builtins::callable(builtin_name) {
             let n = lowered.len();
             if n < builtin.min_args() || builtin.max_args().is_some_and(|max| n > max) {
                 let expected = match builtin.max_args() {
@@ -1156,7 +1158,7 @@ impl<'e, 'a> BodyLowerer<'e, 'a> {
             }
             let call = expr(
                 ExprKind::Builtin {
-                    name: name.node.clone(),
+                    name: builtin_name.to_string(),
                     args: lowered,
                 },
                 span,
