@@ -30,13 +30,6 @@ use super::sorted::SortedLoop;
 use super::*;
 use crate::ir::Sort;
 
-/// Context struct fields (byte offsets).
-const CTX_PROBE_CTX: i16 = 0;
-pub(super) const CTX_SCRATCH: i16 = 8;
-const CTX_COUNTERS: i16 = 16;
-/// How the callback stopped the loop: `CODE_*`.
-const CTX_CODE: i16 = 24;
-
 /// Ran to the end or `break`: go on after the loop.
 const CODE_DONE: i32 = 0;
 /// The probe ends (`next`, an error, MAXACTION).

@@ -55,6 +55,13 @@ const SET_VERDICT: &str = "__set_verdict";
 const FRAME_SCRATCH: i16 = -16;
 /// The per-CPU counters value (a map value pointer).
 const FRAME_COUNTERS: i16 = -24;
+/// A loop callback's context struct (foreach.rs, and sorted.rs's rounds),
+/// its fields' byte offsets.
+const CTX_PROBE_CTX: i16 = 0;
+const CTX_SCRATCH: i16 = 8;
+const CTX_COUNTERS: i16 = 16;
+/// How the callback stopped the loop: `CODE_*` (foreach.rs).
+const CTX_CODE: i16 = 24;
 /// `Tick` count for MAXACTION.
 const FRAME_TICKS: i16 = -32;
 /// Helper output (probe reads), one-entry map keys, counters' key.

@@ -119,7 +119,7 @@ impl Emitter<'_> {
     /// As `sorted_state`, from the context struct in `ctx` (a callback
     /// whose frame holds no scratch pointer).
     fn sorted_state_from_ctx(&mut self, into: u8, ctx: u8, region: usize) {
-        self.push(Insn::load(DW, into, ctx, super::foreach::CTX_SCRATCH));
+        self.push(Insn::load(DW, into, ctx, CTX_SCRATCH));
         let mut offset = self.scratch.loops + 8;
         offset += self.regions[..region]
             .iter()
