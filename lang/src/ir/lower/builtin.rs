@@ -180,14 +180,7 @@ impl FnLowering<'_, '_> {
                     span,
                 );
                 let text = self.deferred('b', addresses, span);
-                let format = self.m.format("%s");
-                self.body.emit(
-                    Op::Printf {
-                        format,
-                        args: vec![PrintArg::Value(text)],
-                    },
-                    span,
-                );
+                self.print_text(text, span);
                 None
             }
             "sprint_stack" | "sprint_ustack" if self.is_kernel() => {
@@ -198,14 +191,7 @@ impl FnLowering<'_, '_> {
                 let addresses = self.value(args.first()?);
                 let user = matches!(name, "print_ustack" | "print_usyms");
                 let text = self.deferred_stack(addresses, user, true, span);
-                let format = self.m.format("%s");
-                self.body.emit(
-                    Op::Printf {
-                        format,
-                        args: vec![PrintArg::Value(text)],
-                    },
-                    span,
-                );
+                self.print_text(text, span);
                 None
             }
             "printd" | "printdln" | "sprintd" => self.delimited(name, args, span),
@@ -500,6 +486,19 @@ impl FnLowering<'_, '_> {
                 None
             }
         }
+    }
+
+    /// `printf("%s", text)`: how the print_* forms of deferred values
+    /// print the text the host will name.
+    fn print_text(&mut self, text: Reg, span: Span) {
+        let format = self.m.format("%s");
+        self.body.emit(
+            Op::Printf {
+                format,
+                args: vec![PrintArg::Value(text)],
+            },
+            span,
+        );
     }
 
     /// A stack that only the host can name, as a kernel string value:
